@@ -1,0 +1,46 @@
+"""Clock anchors: events are stamped with ``time.monotonic_ns()`` and converted at export."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class ClockAnchor:
+    """One instant read on the wall clock and the monotonic clocks of this process."""
+
+    epoch_ns: int
+    monotonic_ns: int
+    monotonic_raw_ns: int
+
+    @classmethod
+    def now(cls) -> ClockAnchor:
+        before = time.monotonic_ns()
+        epoch = time.time_ns()
+        after = time.monotonic_ns()
+        raw = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW) if hasattr(time, "CLOCK_MONOTONIC_RAW") else after
+        return cls(epoch, (before + after) // 2, raw)
+
+    def to_us(self, monotonic_ns: int) -> float:
+        """Epoch microseconds of a ``time.monotonic_ns()`` value from the same boot."""
+        return (self.epoch_ns + (monotonic_ns - self.monotonic_ns)) / 1000.0
+
+    def info(self, prefix: str) -> dict[str, Any]:
+        """msprof's start_info / end_info body (``prefix`` is ``Begin`` or ``End``)."""
+        wall = dt.datetime.fromtimestamp(self.epoch_ns / 1e9)
+        return {
+            f"collectionDate{prefix}": wall.strftime("%Y-%m-%d %H:%M:%S.%f"),
+            f"collectionTime{prefix}": str(self.epoch_ns // 1000),
+            "clockMonotonicRaw": str(self.monotonic_raw_ns),
+            # jobprof's own anchor: the clock every raw timestamp was taken with
+            "clockMonotonic": str(self.monotonic_ns),
+        }
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> ClockAnchor:
+        epoch_us = int(info.get("collectionTimeBegin") or info.get("collectionTimeEnd"))
+        return cls(epoch_us * 1000, int(info["clockMonotonic"]), int(info.get("clockMonotonicRaw", 0)))

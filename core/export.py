@@ -1,0 +1,106 @@
+"""Renders the per-iteration timeline/summary files from raw records.
+
+Used in the profiled process (by the sink thread, from records still in memory) and offline
+by ``jobprof export PROF_DIR`` (from ``device_<id>/data``).  Rendering is deterministic, so
+exporting twice gives the same files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from jobprof import rawstore
+from jobprof.clock import ClockAnchor
+from jobprof.fsio import atomic_write
+from jobprof.manager import PluginManager
+from jobprof.profdir import DEVICE_RE
+from jobprof.types import Config, ExportContext, Iteration, WriterSpec
+
+
+@attrs.frozen
+class DeviceMeta:
+    """What export needs to know about one device folder (from its metadata files)."""
+
+    device_id: int
+    pid: int
+    anchor: ClockAnchor
+    config: Config | None
+
+
+def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str, WriterSpec]]:
+    return [(plugin, spec) for plugin, specs in manager.call("jobprof_writers", config=config)
+            for spec in specs]
+
+
+def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, list[Any]],
+                     writers: Iterable[tuple[str, WriterSpec]],
+                     on_error: Callable[[str, str], None]) -> list[tuple[Path, int, None]]:
+    """Write every writer's file for one iteration; returns (path, bytes, None) per file."""
+    iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
+    ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor.to_us, meta.config)
+    written = []
+    for plugin, spec in writers:
+        try:
+            text = spec.render(ctx)
+        except Exception as exc:
+            on_error(plugin, f"writer '{spec.name}' raised {type(exc).__name__}: {exc}")
+            continue
+        if text is None:
+            continue
+        path = device_dir / spec.folder / spec.filename(meta.device_id, iteration.model_id, iteration.index)
+        written.append((path, atomic_write(path, text), None))
+    return written
+
+
+def read_meta(device_dir: Path) -> DeviceMeta:
+    """Load the device's id, pid, clock anchor and recorded options from its metadata."""
+    device_id = int(DEVICE_RE.match(device_dir.name).group(1))
+    start = json.loads((device_dir / f"start_info.{device_id}").read_text())
+    info = json.loads((device_dir / f"info.json.{device_id}").read_text())
+    options = info.get("jobprof", {}).get("options")
+    config = Config(options, explicit=info.get("jobprof", {}).get("explicit", [])) if options else None
+    return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config)
+
+
+@attrs.frozen
+class ExportResult:
+    device_dir: Path
+    iterations: int
+    files: int
+    problems: tuple[str, ...] = ()
+
+
+def export_device(device_dir: Path, manager: PluginManager,
+                  progress: Callable[[int, int], None] | None = None) -> ExportResult:
+    """Re-render every iteration whose raw data is present in one device folder."""
+    try:
+        meta = read_meta(device_dir)
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        return ExportResult(device_dir, 0, 0, (f"{device_dir}: unreadable metadata ({exc})",))
+    for sub in ("timeline", "summary"):
+        (device_dir / sub).mkdir(exist_ok=True)
+    writers = writers_for(manager, meta.config)
+    problems: list[str] = []
+    index = rawstore.iterations(device_dir)
+    files = 0
+    for done, (number, raw) in enumerate(index.items(), 1):
+        try:
+            streams = rawstore.load(raw)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{device_dir.name} iteration {number}: unreadable raw data ({exc})")
+            continue
+        files += len(render_iteration(device_dir, meta, streams, writers,
+                                      lambda p, m: problems.append(f"plugin '{p}': {m}")))
+        if progress:
+            progress(done, len(index))
+    return ExportResult(device_dir, len(index), files, tuple(problems))
+
+
+def device_dirs(prof_dir: Path) -> list[Path]:
+    return sorted((p for p in prof_dir.iterdir() if DEVICE_RE.match(p.name) and p.is_dir()),
+                  key=lambda p: int(p.name.split("_")[1]))

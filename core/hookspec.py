@@ -1,0 +1,152 @@
+"""The plugin contract: every hook jobprof calls, in lifecycle order.
+
+A plugin is any object (usually a module) registered under the ``jobprof`` entry-point group
+whose functions are marked with :data:`hookimpl`.  Hooks are called by keyword, so an
+implementation may accept only the arguments it needs.  Per-operator work never goes through
+these hooks: they are the lifecycle; collectors installed in ``jobprof_session_start`` do the
+hot-path work as plain code.
+
+Lifecycle of one profiled process::
+
+    registration   jobprof_options_schema()            every loaded plugin, before options are parsed
+    configure      jobprof_configure(config)           once the options are valid
+    collection     jobprof_session_start(session)      once torch is imported
+                   jobprof_iteration_end(session, iteration)   after each finished iteration
+                   jobprof_session_end(session)        at exit, SIGTERM or uncaught exception
+    export         jobprof_writers(config)             by the exporter (in-process and `jobprof export`)
+    reporting      jobprof_report_sections(profile)    by `jobprof summary`
+
+A hook that raises disables its plugin for the rest of the process; the job and the other
+plugins carry on, and the reporter names the plugin once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from jobprof.profile import Profile
+    from jobprof.session import Session
+    from jobprof.types import Config, Iteration, Section, WriterSpec
+
+PROJECT = "jobprof"
+hookspec = pluggy.HookspecMarker(PROJECT)
+#: Decorate plugin functions with this: ``@jobprof.hookspec.hookimpl``.
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def jobprof_options_schema() -> Mapping[str, Any] | None:
+    """Return the JSON Schema fragment for the option keys this plugin reads.
+
+    Called once per process, right after plugins are loaded and before PROFILING_OPTIONS is
+    validated.  The fragment is a Draft 2020-12 object schema with ``properties`` (one entry
+    per key) and optionally ``allOf`` (cross-key rules).  A key the core already knows (the
+    msprof keys) is refined, and the plugin is listed as the one collecting it; a new key is
+    added.  Fragments may reference the core's ``#/$defs/switch`` (on/off/"") and
+    ``#/$defs/level`` (on/off/l0/l1/l2/"").  Give each property a ``default``.
+
+    Example::
+
+        @hookimpl
+        def jobprof_options_schema():
+            return {"properties": {"gpu_temp": {"$ref": "#/$defs/switch", "default": "off"}}}
+    """
+
+
+@hookspec
+def jobprof_configure(config: Config) -> bool | None:
+    """Decide whether the plugin takes part in this run.
+
+    Called once the options are valid, with the frozen effective :class:`~jobprof.types.Config`.
+    Return ``False`` to stay inactive (no session hooks are called on an inactive plugin);
+    ``True`` or ``None`` means active.
+
+    Example::
+
+        @hookimpl
+        def jobprof_configure(config):
+            return config.is_on("gpu_temp")
+    """
+
+
+@hookspec
+def jobprof_session_start(session: Session) -> None:
+    """Install collectors.  Called once, when the profiled program has imported torch.
+
+    ``session.config`` holds the options; keep per-run state on the session with
+    ``session.attach(name, obj)`` (plugins hold no global state).  Collectors must never raise
+    into or print from the training loop.
+
+    Example::
+
+        @hookimpl
+        def jobprof_session_start(session):
+            session.attach("gpu_temp", TemperatureSampler(period_s=0.1))
+    """
+
+
+@hookspec
+def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str, list] | None:
+    """Hand over the raw records collected during ``iteration``.
+
+    Called on the training thread right after each iteration ends (keep it cheap: no file I/O,
+    no formatting).  Return ``{stream_name: [record, ...]}`` with JSON-serialisable records;
+    the core stores them atomically under ``device_<id>/data/`` and passes them to writers.
+
+    Example::
+
+        @hookimpl
+        def jobprof_iteration_end(session, iteration):
+            return {"gpu_temp": session.attached("gpu_temp").drain()}
+    """
+
+
+@hookspec
+def jobprof_session_end(session: Session) -> None:
+    """Uninstall collectors.  Called once at exit, on SIGTERM or after an uncaught exception.
+
+    Records of an unfinished iteration are dropped; every finished one was already handed over.
+
+    Example::
+
+        @hookimpl
+        def jobprof_session_end(session):
+            session.attached("gpu_temp").stop()
+    """
+
+
+@hookspec
+def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
+    """Describe the per-iteration files the plugin renders from raw records.
+
+    Called by the exporter, in the profiled process and by ``jobprof export`` (then with the
+    config recorded in ``info.json``), and by ``jobprof plugins`` with ``config=None`` (list
+    every file the plugin can write).  Return :class:`~jobprof.types.WriterSpec` objects.
+
+    Example::
+
+        @hookimpl
+        def jobprof_writers(config):
+            if config is None or config.is_on("gpu_temp"):
+                return [WriterSpec("gpu_temp", "csv", render=render_csv)]
+    """
+
+
+@hookspec
+def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
+    """Return tables describing a finished profile, for ``jobprof summary``.
+
+    Called once per command with a :class:`~jobprof.profile.Profile` (read-only view of a
+    ``PROF_`` directory).  Return :class:`~jobprof.types.Section` objects, or None.
+
+    Example::
+
+        @hookimpl
+        def jobprof_report_sections(profile):
+            temps = [r["celsius"] for r in profile.records("gpu_temp")]
+            return [Section("GPU temperature", ["max"], [[max(temps)]])] if temps else None
+    """

@@ -1,0 +1,100 @@
+"""The PROF_ directory of a job and the device_<id> folder of each process.
+
+All processes of one job share one ``PROF_<index>_<timestamp>_<suffix>`` folder: the first
+profiled process names it and exports ``JOBPROF_JOB_DIR``; children inherit the variable.
+Nothing is created until a process finishes its first iteration, and each process claims its
+own ``device_<id>`` with an atomic ``mkdir`` so no two processes ever write the same file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import random
+import re
+import socket
+import string
+import sys
+from pathlib import Path
+from typing import Any
+
+JOB_ENV = "JOBPROF_JOB_DIR"
+PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([0-9A-Z]{16})$")
+DEVICE_RE = re.compile(r"^device_(\d+)$")
+
+
+def job_dir(output: str, environ: dict | os._Environ = os.environ) -> Path:
+    """This job's PROF_ path, named now (and inherited by child processes), created later."""
+    inherited = environ.get(JOB_ENV)
+    if inherited and Path(inherited).parent == Path(output):
+        return Path(inherited)
+    index = 1
+    try:
+        found = [int(m.group(1)) for n in os.listdir(output) if (m := PROF_RE.match(n))]
+        index = max(found, default=0) + 1
+    except OSError:
+        pass
+    stamp = dt.datetime.now().strftime("%Y%m%d%H%M%S%f")[:17]
+    suffix = "".join(random.choices(string.ascii_uppercase, k=16))
+    path = Path(output, f"PROF_{index:06d}_{stamp}_{suffix}")
+    environ[JOB_ENV] = str(path)
+    return path
+
+
+def preferred_device_id(torch: Any) -> tuple[int, str]:
+    """The msprof device id of this process and how it was chosen (see README mapping)."""
+    try:
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return torch.cuda.current_device(), "cuda current device"
+    except Exception:
+        pass
+    if os.environ.get("LOCAL_RANK", "").isdigit():
+        return int(os.environ["LOCAL_RANK"]), "LOCAL_RANK"
+    try:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            return torch.distributed.get_rank(), "torch.distributed rank"
+    except Exception:
+        pass
+    return 0, "single process"
+
+
+def claim_device_dir(job: Path, preferred: int) -> tuple[int, Path]:
+    """Create ``job/device_<id>`` atomically, taking the next free id if another process has it."""
+    job.mkdir(mode=0o750, parents=True, exist_ok=True)
+    device = preferred
+    while True:
+        path = job / f"device_{device}"
+        try:
+            path.mkdir(mode=0o750)
+        except FileExistsError:
+            device += 1
+            continue
+        for sub in ("data", "timeline", "summary"):
+            (path / sub).mkdir(mode=0o750)
+        return device, path
+
+
+def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
+    """msprof's info.json body for a CPU/CUDA host, with what jobprof can really measure."""
+    mem_kb = None
+    try:
+        with open("/proc/meminfo") as handle:
+            mem_kb = int(handle.readline().split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    rank = os.environ.get("RANK")
+    return {
+        "jobInfo": "NA",
+        "version": "1.0",
+        "OS": f"{platform.system()}-{platform.release()}-{platform.version()}",
+        "cpuCores": os.cpu_count(),
+        "hostname": socket.gethostname(),
+        "hwtype": platform.machine(),
+        "devices": str(device_id),
+        "pid": str(os.getpid()),
+        "pid_name": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
+        "memoryTotal": mem_kb if mem_kb is not None else "N/A",
+        "rank_id": int(rank) if rank and rank.isdigit() else "N/A",
+        **extra,
+    }

@@ -1,0 +1,75 @@
+"""The one place that talks to the user from inside a profiled process.
+
+Collectors never print; they hand problems to the reporter, which writes each distinct
+message once to stderr (prefixed ``jobprof:``) and remembers it for ``end_info``.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+import sys
+import threading
+
+import attrs
+
+
+@attrs.frozen
+class Problem:
+    """One thing wrong with the options: where (a JSON path), what, and the offending value."""
+
+    path: str
+    message: str
+    value: object = attrs.field(default=None)
+    has_value: bool = False
+
+    def render(self) -> str:
+        shown = f" (got {self.value!r})" if self.has_value else ""
+        return f"{self.path}: {self.message}{shown}"
+
+
+class Reporter:
+    """Deduplicating stderr writer.  Thread-safe; never raises."""
+
+    def __init__(self, stream=None) -> None:
+        self._stream = stream
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self.messages: list[str] = []
+
+    def _emit(self, level: str, text: str) -> None:
+        line = f"jobprof: {level}: {text}" if level else f"jobprof: {text}"
+        with self._lock:
+            if line in self._seen:
+                return
+            self._seen.add(line)
+            self.messages.append(line)
+        try:
+            stream = self._stream or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+        except Exception:
+            pass
+
+    def error(self, text: str) -> None:
+        self._emit("error", text)
+
+    def warning(self, text: str) -> None:
+        self._emit("warning", text)
+
+    def info(self, text: str) -> None:
+        self._emit("", text)
+
+    def options_problems(self, problems: list[Problem], source: str, consequence: str) -> None:
+        """Report every option problem at once, each on its own line with its JSON path."""
+        marker = "JOBPROF_REPORTED_OPTIONS"
+        digest = str(zlib.crc32("\n".join(p.render() for p in problems).encode()))
+        if os.environ.get(marker) == digest:
+            return  # a parent process of this job already said it
+        os.environ[marker] = digest
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        body = "\n".join(f"  {p.render()}" for p in problems)
+        self._emit("error", f"{source}: {count}; {consequence}\n{body}")
+
+
+REPORTER = Reporter()

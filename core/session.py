@@ -1,0 +1,215 @@
+"""The profiling session of one process: lazy start, iteration delivery, crash-safe end.
+
+States: ``waiting`` (options valid, torch not imported yet) -> ``collecting`` (collectors
+installed) -> ``finished``; or ``stopped`` (a fatal write error; the job carries on) and
+``inert`` (a forked child or a DataLoader worker: writes nothing).  The PROF_ and device
+folders are created only when the first iteration ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jobprof import __version__, export, profdir
+from jobprof.clock import ClockAnchor
+from jobprof.fsio import write_with_done
+from jobprof.manager import PluginManager
+from jobprof.reporter import REPORTER, Reporter
+from jobprof.sink import Sink
+from jobprof.steps import StepDetector
+from jobprof.storage import StorageBudget
+from jobprof.types import Config, Iteration
+
+
+class Session:
+    def __init__(self, config: Config, manager: PluginManager, owners: Mapping[str, str],
+                 reporter: Reporter = REPORTER) -> None:
+        self.config, self.manager, self.owners, self.reporter = config, manager, owners, reporter
+        self.pid = os.getpid()
+        self.anchor = ClockAnchor.now()
+        self.job_dir = profdir.job_dir(config.output)
+        self.state = "waiting"
+        self.detector: StepDetector | None = None
+        self.device_id: int | None = None
+        self.device_dir: Path | None = None
+        self.device_source = ""
+        self.sink: Sink | None = None
+        self._attached: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self._previous_sigterm: Any = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    # -- plugin-facing API -----------------------------------------------------------------
+    def attach(self, name: str, obj: Any) -> None:
+        """Keep a plugin's per-run object (its collector) on the session."""
+        self._attached[name] = obj
+
+    def attached(self, name: str) -> Any:
+        return self._attached.get(name)
+
+    def on_root_module(self, listener: Callable[[Any], None]) -> None:
+        """Call ``listener(module)`` for every module first seen as a root (outermost) forward."""
+        if self.detector is not None:
+            self.detector.root_listeners.append(listener)
+            for root in list(self.detector.roots):
+                listener(root)
+
+    @property
+    def iteration_method(self) -> str | None:
+        return self.detector.mode if self.detector else None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def torch_ready(self, torch: Any) -> None:
+        """torch is imported: install the step detector and every plugin's collectors."""
+        if self.state != "waiting" or os.getpid() != self.pid:
+            return
+        self.detector = StepDetector(self.on_iteration)
+        self.detector.install()
+        self.state = "collecting"
+        self.manager.call("jobprof_session_start", only_active=True, session=self)
+        self._install_sigterm()
+
+    def explicit_step(self) -> None:
+        if self.detector is not None and self.state == "collecting":
+            self.detector.explicit()
+
+    def on_iteration(self, iteration: Iteration) -> None:
+        """Called by the detector on the training thread; cheap, never raises."""
+        if self.state != "collecting" or os.getpid() != self.pid:
+            return
+        try:
+            if self.sink is None and not self._go_live():
+                return
+            streams: dict[str, list[Any]] = {"iteration": [iteration.to_record()]}
+            for name, result in self.manager.call("jobprof_iteration_end", only_active=True,
+                                                  session=self, iteration=iteration):
+                if isinstance(result, Mapping):
+                    streams.update(result)
+                else:
+                    self.manager.fail(name, "jobprof_iteration_end must return {stream: [records]}")
+            self.sink.submit(iteration.index, streams)
+        except Exception as exc:
+            self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
+
+    def finish(self, reason: str = "exit") -> None:
+        """End the session: flush, uninstall, drain the sink, write end_info (idempotent)."""
+        with self._lock:
+            if self.state not in ("collecting", "stopped") or os.getpid() != self.pid:
+                return
+            live_before = self.state == "collecting"
+            try:
+                if live_before and self.detector is not None:
+                    self.detector.flush()
+            except Exception as exc:
+                self.reporter.warning(f"could not close the last iteration: {exc!r}")
+            self.state = "finished"
+            if self.detector is not None:
+                self.detector.uninstall()
+            self.manager.call("jobprof_session_end", only_active=True, session=self)
+            if self.sink is not None:
+                self.sink.close()
+                self._write_metadata(reason)
+                if self.sink.dropped:
+                    self.reporter.warning(f"{self.sink.dropped} iteration(s) dropped: the disk "
+                                          "could not keep up with the job")
+
+    # -- internals -------------------------------------------------------------------------
+    def _go_live(self) -> bool:
+        import torch
+
+        try:
+            if torch.utils.data.get_worker_info() is not None:
+                self.state = "inert"  # a DataLoader worker is never a session of its own
+                return False
+        except Exception:
+            pass
+        try:
+            preferred, self.device_source = profdir.preferred_device_id(torch)
+            self.device_id, self.device_dir = profdir.claim_device_dir(self.job_dir, preferred)
+            self._write_metadata(None)
+            meta = export.DeviceMeta(self.device_id, self.pid, self.anchor, self.config)
+            budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
+            self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
+                             budget, self._plugin_error, self._stop)
+        except OSError as exc:
+            self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
+            return False
+        return True
+
+    def _metadata(self) -> dict[str, Any]:
+        import torch
+
+        cuda = self.device_source == "cuda current device"
+        device = {"id": self.device_id, "type": "CUDA" if cuda else "CPU"}
+        if cuda:
+            device["name"] = torch.cuda.get_device_name(self.device_id)
+        return profdir.host_info(self.device_id, {
+            "DeviceInfo": [device],
+            "jobprof": {
+                "version": __version__,
+                "torch": torch.__version__,
+                "options": dict(self.config.values),
+                "explicit": sorted(self.config.explicit),
+                "options_source": self.config.source,
+                "device_id_from": self.device_source,
+                "iteration_method": self.iteration_method,
+                "plugins": self.manager.active(),
+            },
+        })
+
+    def _write_metadata(self, end_reason: str | None) -> None:
+        device_dir, dev = self.device_dir, self.device_id
+        info = self._metadata()
+        if end_reason is None:
+            write_with_done(device_dir / f"start_info.{dev}", json.dumps(self.anchor.info("Begin")))
+        else:
+            sink = self.sink
+            info["jobprof"].update({
+                "end_reason": end_reason,
+                "iterations_written": sink.written if sink else 0,
+                "iterations_dropped": sink.dropped if sink else 0,
+                "iterations_aged": sink.budget.aged_iterations if sink else 0,
+                "messages": list(self.reporter.messages),
+            })
+            write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))
+        write_with_done(device_dir / f"info.json.{dev}", json.dumps(info))
+
+    def _plugin_error(self, plugin: str, message: str) -> None:
+        self.manager.fail(plugin, message)
+
+    def _stop(self, message: str) -> None:
+        if self.state == "collecting":
+            self.state = "stopped"
+            self.reporter.error(f"collection stopped: {message}; the job continues unprofiled")
+
+    def _forked(self) -> None:
+        self.state = "inert"  # the child must never act as a second copy of this session
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        try:
+            self.finish("SIGTERM")
+        except Exception:
+            pass
+        previous = self._previous_sigterm
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if previous == signal.SIG_IGN:
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)

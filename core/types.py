@@ -1,0 +1,140 @@
+"""Frozen value types shared by the core and plugins (config, iterations, writers, reports)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+#: msprof's model id for step mode: eager execution, iteration = training step.
+STEP_MODE_MODEL_ID = 4294967295
+
+
+def _freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@attrs.frozen
+class Config:
+    """The validated, effective options: every key of the composed schema, defaults filled in.
+
+    ``explicit`` names the keys the user set; ``source`` says where the options came from.
+    """
+
+    values: Mapping[str, Any] = attrs.field(converter=_freeze)
+    explicit: frozenset[str] = attrs.field(converter=frozenset, factory=frozenset)
+    source: str = "PROFILING_OPTIONS"
+    storage_limit_mb: int | None = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.values.get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    def is_on(self, key: str) -> bool:
+        """True when an on/off switch or a level (l0/l1/l2) is enabled."""
+        return self.values.get(key) not in (None, "", "off")
+
+    def level(self, key: str) -> str:
+        """Normalised trace level: ``off``, ``l0``, ``l1`` or ``l2`` (``on`` means ``l1``)."""
+        value = self.values.get(key) or "off"
+        return "l1" if value == "on" else value
+
+    @property
+    def output(self) -> str:
+        return self.values["output"]
+
+
+@attrs.frozen
+class Iteration:
+    """One finished iteration (training step) as the core detected it.
+
+    Times are ``time.monotonic_ns()`` values of this process; exporters convert them to
+    epoch microseconds with the clock pair in ``start_info``.  ``fp_start_ns`` / ``bp_end_ns``
+    are the automatic FP Start / BP End (first forward, end of last backward), or None.
+    """
+
+    index: int
+    start_ns: int
+    end_ns: int
+    method: str
+    fp_start_ns: int | None = None
+    bp_end_ns: int | None = None
+    skipped: bool = False
+    model_id: int = STEP_MODE_MODEL_ID
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    def to_record(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Iteration:
+        names = {a.name for a in attrs.fields(cls)}
+        return cls(**{k: v for k, v in record.items() if k in names})
+
+
+@attrs.frozen
+class ExportContext:
+    """What a writer gets to render one file for one iteration of one device."""
+
+    device_id: int
+    iteration: Iteration
+    pid: int
+    #: raw records of this iteration, by stream name
+    streams: Mapping[str, list[dict[str, Any]]] = attrs.field(converter=_freeze)
+    #: epoch microseconds for a monotonic-ns timestamp of the recording process
+    to_us: Callable[[int], float] = attrs.field(repr=False)
+    config: Config | None = None
+
+    def records(self, stream: str) -> list[dict[str, Any]]:
+        return self.streams.get(stream, [])
+
+
+@attrs.frozen
+class WriterSpec:
+    """A file a plugin renders per iteration: ``<name>_<device>_<model>_<iter>.<extension>``.
+
+    ``render`` returns the file's text, or None to write nothing for that iteration.
+    JSON files go to ``timeline/``, CSV files to ``summary/``.
+    """
+
+    name: str = attrs.field(validator=attrs.validators.matches_re(r"^[a-z][a-z0-9_]*$"))
+    extension: str = attrs.field(validator=attrs.validators.in_(("json", "csv")))
+    render: Callable[[ExportContext], str | None] = attrs.field(repr=False)
+    description: str = ""
+
+    @property
+    def folder(self) -> str:
+        return "timeline" if self.extension == "json" else "summary"
+
+    def filename(self, device_id: int, model_id: int, iteration: int) -> str:
+        return f"{self.name}_{device_id}_{model_id}_{iteration}.{self.extension}"
+
+
+@attrs.frozen
+class Section:
+    """A table for ``jobprof summary`` (and later the HTML report)."""
+
+    title: str
+    headers: tuple[str, ...] = attrs.field(converter=tuple)
+    rows: tuple[tuple[Any, ...], ...] = attrs.field(converter=lambda rows: tuple(map(tuple, rows)))
+    notes: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+
+
+@attrs.frozen
+class PluginRecord:
+    """One row of ``jobprof plugins``."""
+
+    name: str
+    distribution: str
+    version: str
+    status: str  # active | disabled | failed
+    error: str = ""
+    option_keys: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+    files: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)

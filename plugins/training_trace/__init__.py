@@ -1,0 +1,69 @@
+"""training_trace: the step trace (FP Start, BP End, Iteration End, Data Aug Bound, Reduce).
+
+The core finds iterations and the automatic FP/BP times; this plugin resolves ``fp_point`` /
+``bp_point`` to modules, keeps one small record per iteration, and writes ``step_trace``
+CSV and JSON files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobprof.hookspec import hookimpl
+from jobprof.plugins.training_trace.points import PointCollector
+from jobprof.plugins.training_trace.report import step_sections
+from jobprof.plugins.training_trace.writer import render_csv, render_json
+from jobprof.types import WriterSpec
+
+STREAM = "training_trace"
+
+
+@hookimpl
+def jobprof_options_schema() -> dict[str, Any]:
+    return {
+        "properties": {
+            "training_trace": {"default": "off"},
+            "fp_point": {"default": "", "description": "module name (qualified path or class name)"},
+            "bp_point": {"default": "", "description": "module name (qualified path or class name)"},
+        }
+    }
+
+
+@hookimpl
+def jobprof_configure(config: Any) -> bool:
+    return config.is_on("training_trace")
+
+
+@hookimpl
+def jobprof_session_start(session: Any) -> None:
+    collector = PointCollector(session.config.get("fp_point", ""), session.config.get("bp_point", ""))
+    session.attach(STREAM, collector)
+    session.on_root_module(collector.on_root)
+
+
+@hookimpl
+def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, list]:
+    return {STREAM: [session.attached(STREAM).take(iteration)]}
+
+
+@hookimpl
+def jobprof_session_end(session: Any) -> None:
+    collector = session.attached(STREAM)
+    collector.remove()
+    for note in collector.unmatched():
+        session.reporter.warning(note)
+
+
+@hookimpl
+def jobprof_writers(config: Any) -> list[WriterSpec]:
+    if config is not None and not config.is_on("training_trace"):
+        return []
+    return [
+        WriterSpec("step_trace", "csv", render_csv, "one row per iteration: FP/BP, refresh, data bound, reduces"),
+        WriterSpec("step_trace", "json", render_json, "Chrome-trace events of the step trace"),
+    ]
+
+
+@hookimpl
+def jobprof_report_sections(profile: Any) -> list:
+    return step_sections(profile)

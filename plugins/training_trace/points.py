@@ -1,0 +1,94 @@
+"""fp_point / bp_point: resolve module names and time them, without touching other modules.
+
+A point names a module by its qualified path inside a root module (``encoder.layers.0``) or by
+class name (``Linear``: every instance counts).  FP Start is the first forward of a matching
+module in the iteration; BP End the last time a gradient for it was produced (parameter
+gradient accumulated, or gradient of an input computed).  Tensor-level hooks are used instead
+of module backward hooks because those break in-place operations in user models.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from typing import Any
+
+_now = time.monotonic_ns
+
+
+class PointCollector:
+    def __init__(self, fp_point: str, bp_point: str) -> None:
+        self.fp_point, self.bp_point = fp_point or "", bp_point or ""
+        self._fp_ns: int | None = None
+        self._bp_ns: int | None = None
+        self._handles: list[Any] = []
+        self._roots: weakref.WeakSet = weakref.WeakSet()
+        self.fp_matches = 0
+        self.bp_matches = 0
+
+    # -- resolution (once per root module) -------------------------------------------------
+    def on_root(self, root: Any) -> None:
+        if not (self.fp_point or self.bp_point) or root in self._roots:
+            return
+        self._roots.add(root)
+        for name, module in root.named_modules():
+            if self.fp_point and _matches(self.fp_point, name, module):
+                self._handles.append(module.register_forward_pre_hook(self._on_fp))
+                self.fp_matches += 1
+            if self.bp_point and _matches(self.bp_point, name, module):
+                self._watch_backward(module)
+                self.bp_matches += 1
+
+    def _watch_backward(self, module: Any) -> None:
+        for param in module.parameters(recurse=True):
+            if param.requires_grad and hasattr(param, "register_post_accumulate_grad_hook"):
+                self._handles.append(param.register_post_accumulate_grad_hook(self._on_bp))
+        self._handles.append(module.register_forward_hook(self._hook_inputs))
+
+    def _hook_inputs(self, module: Any, args: Any, output: Any) -> None:
+        for arg in args:
+            if getattr(arg, "requires_grad", False) and getattr(arg, "grad_fn", None) is not None:
+                arg.register_hook(self._on_bp)
+
+    # -- hot path --------------------------------------------------------------------------
+    def _on_fp(self, *_: Any) -> None:
+        if self._fp_ns is None:
+            self._fp_ns = _now()
+
+    def _on_bp(self, *_: Any) -> None:
+        self._bp_ns = _now()
+
+    # -- per iteration ---------------------------------------------------------------------
+    def take(self, iteration: Any) -> dict[str, Any]:
+        """The iteration's step-trace record; resets for the next iteration."""
+        fp_own, bp_own = self._fp_ns, self._bp_ns
+        self._fp_ns = self._bp_ns = None
+        if fp_own is not None and not iteration.start_ns <= fp_own <= iteration.end_ns:
+            fp_own = None
+        if bp_own is not None and not iteration.start_ns <= bp_own <= iteration.end_ns:
+            bp_own = None
+        return {
+            "fp_start": fp_own if fp_own is not None else iteration.fp_start_ns,
+            "bp_end": bp_own if bp_own is not None else iteration.bp_end_ns,
+            "fp_source": "fp_point" if fp_own is not None else "auto",
+            "bp_source": "bp_point" if bp_own is not None else "auto",
+        }
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def unmatched(self) -> list[str]:
+        notes = []
+        for key, value, count in (("fp_point", self.fp_point, self.fp_matches),
+                                  ("bp_point", self.bp_point, self.bp_matches)):
+            if value and not count:
+                notes.append(f"{key} {value!r} matched no module (use a module path such as "
+                             f"'encoder.0' or a class name such as 'Linear'); the automatic "
+                             f"{'FP Start' if key == 'fp_point' else 'BP End'} was used")
+        return notes
+
+
+def _matches(point: str, name: str, module: Any) -> bool:
+    return point == name or point == type(module).__name__

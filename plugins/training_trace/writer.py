@@ -1,0 +1,97 @@
+"""step_trace CSV and JSON (contract sections 3 and 4), one file of each per iteration."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from jobprof.types import ExportContext
+
+NA = "N/A"
+HEADER = ["Device_id", "Iteration ID", "FP Start(us)", "BP End(us)", "Iteration End(us)",
+          "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)",
+          "Model ID"]
+REDUCE_OPS = {"all_reduce", "allreduce", "hcom_allreduce", "reduce_scatter", "reduce_scatter_tensor"}
+
+
+def step_values(ctx: ExportContext) -> dict[str, Any]:
+    """Monotonic-ns facts of the iteration: start, end, fp, bp and the reduce spans."""
+    it = ctx.iteration
+    records = ctx.records("training_trace")
+    rec = records[0] if records else {}
+    fp = rec.get("fp_start", it.fp_start_ns)
+    bp = rec.get("bp_end", it.bp_end_ns)
+    reduces = sorted((r["start_ns"], r["end_ns"]) for r in ctx.records("hccl")
+                     if str(r.get("op", "")).lower() in REDUCE_OPS
+                     and it.start_ns <= r.get("start_ns", -1) <= it.end_ns)
+    return {"start": it.start_ns, "end": it.end_ns, "fp": fp, "bp": bp, "reduces": reduces,
+            "prev_end": it.start_ns if it.index > 1 else None}
+
+
+def _dur(a: int | None, b: int | None) -> str:
+    return f"{(b - a) / 1000:.3f}" if a is not None and b is not None else NA
+
+
+def render_csv(ctx: ExportContext) -> str:
+    v = step_values(ctx)
+    stamp = lambda ns: f"{ctx.to_us(ns):.3f}\t" if ns is not None else NA  # noqa: E731
+    row = [ctx.device_id, ctx.iteration.index, stamp(v["fp"]), stamp(v["bp"]), stamp(v["end"]),
+           _dur(v["start"], v["end"]), _dur(v["fp"], v["bp"]), _dur(v["bp"], v["end"]),
+           _dur(v["prev_end"], v["fp"]), ctx.iteration.model_id]
+    pairs = v["reduces"] or [None]
+    header = HEADER + ["Reduce Start(us)", "Reduce Duration(us)"] * len(pairs)
+    for pair in pairs:
+        row += [stamp(pair[0]), _dur(*pair)] if pair else [NA, NA]
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerow(row)
+    return out.getvalue()
+
+
+def render_json(ctx: ExportContext) -> str:
+    v = step_values(ctx)
+    it, pid, k = ctx.iteration, ctx.pid, ctx.iteration.index
+    us = lambda ns: round(ctx.to_us(ns), 3)  # noqa: E731
+    span = lambda a, b: round((b - a) / 1000, 3)  # noqa: E731
+    tid, reduce_tid = pid, pid + 1  # reduces overlap FP/BP and refresh: own track
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Step Trace"}, "ph": "M"},
+        {"name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"Model ID:{it.model_id}"}, "ph": "M"},
+        {"name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": 70000 + it.model_id}, "ph": "M"},
+    ]
+    points = {"Iteration ID": k, "FP Start": us(v["fp"]) if v["fp"] is not None else NA,
+              "BP End": us(v["bp"]) if v["bp"] is not None else NA, "Iteration End": us(v["end"])}
+    events.append({"name": f"Iteration {k}", "pid": pid, "tid": tid, "ts": us(v["start"]),
+                   "dur": span(v["start"], v["end"]),
+                   "args": {**points, "Iteration Time(us)": span(v["start"], v["end"])},
+                   "cat": "Iteration Time", "ph": "X"})
+    if v["fp"] is not None and v["bp"] is not None:
+        events.append({"name": f"FP_BP Time {k}", "pid": pid, "tid": tid, "ts": us(v["fp"]),
+                       "dur": span(v["fp"], v["bp"]),
+                       "args": {"Iteration ID": k, "FP Start": us(v["fp"]), "BP End": us(v["bp"]),
+                                "FP_BP Time(us)": span(v["fp"], v["bp"])},
+                       "cat": "FP_BP Time", "ph": "X"})
+    if v["bp"] is not None:
+        events.append({"name": f"Iteration Refresh {k}", "pid": pid, "tid": tid, "ts": us(v["bp"]),
+                       "dur": span(v["bp"], v["end"]),
+                       "args": {"Iteration ID": k, "BP End": us(v["bp"]), "Iteration End": us(v["end"]),
+                                "Iteration Refresh(us)": span(v["bp"], v["end"])},
+                       "cat": "Iteration Refresh", "ph": "X"})
+    if v["reduces"]:
+        events.append({"name": "thread_name", "pid": pid, "tid": reduce_tid,
+                       "args": {"name": f"Reduce (Model ID:{it.model_id})"}, "ph": "M"})
+    for j, (start, end) in enumerate(v["reduces"]):
+        events.append({"name": f"Reduce_{k}_{j}", "pid": pid, "tid": reduce_tid, "ts": us(start),
+                       "dur": span(start, end),
+                       "args": {"Iteration ID": k, f"Reduce Start {j}": us(start), f"Reduce End {j}": us(end)},
+                       "cat": "Reduce", "ph": "X"})
+    if v["prev_end"] is not None and v["fp"] is not None:
+        flow = {"name": f"Data_aug Bound {k}", "cat": "Data_aug Bound", "pid": pid, "tid": tid,
+                "id": f"Data_aug Bound {k}"}
+        events.append({**flow, "ph": "s", "ts": us(v["prev_end"]), "args": {"Iteration ID": k}})
+        events.append({**flow, "ph": "t", "ts": us(v["fp"]),
+                       "args": {"Data_aug Bound(us)": span(v["prev_end"], v["fp"])}})
+    return json.dumps(events)

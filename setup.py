@@ -1,0 +1,36 @@
+"""Ship ``jobprof-autoload.pth`` into site-packages, for wheels and for editable installs.
+
+setuptools has no declarative way to put a file at the top of site-packages, so two build
+commands add it: ``build_py`` for wheels (and sdist installs), ``editable_wheel`` for
+``pip install -e .``.  Everything else lives in pyproject.toml.
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
+
+PTH_NAME = "jobprof-autoload.pth"
+# Executed by site.py at every interpreter start.  It costs one environ lookup unless
+# PROFILING_MODE is set at all; only then is the tiny autoload module imported.
+PTH_LINE = (
+    "import os; os.environ.get('PROFILING_MODE') is not None "
+    "and __import__('jobprof._autoload')._autoload.run()\n"
+)
+
+
+class BuildPyWithPth(build_py):
+    def run(self) -> None:
+        super().run()
+        Path(self.build_lib, PTH_NAME).write_text(PTH_LINE)
+
+
+class EditableWheelWithPth(editable_wheel):
+    # The unpacked editable wheel's root becomes site-packages; setuptools fills it here.
+    def _install_namespaces(self, installation_dir, pth_prefix):  # type: ignore[override]
+        super()._install_namespaces(installation_dir, pth_prefix)
+        Path(installation_dir, PTH_NAME).write_text(PTH_LINE)
+
+
+setup(cmdclass={"build_py": BuildPyWithPth, "editable_wheel": EditableWheelWithPth})
