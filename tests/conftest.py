@@ -1,0 +1,81 @@
+"""Shared fixtures: run real Python programs under PROFILING_MODE and read what they wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without any jobprof/profiling variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PROFILING_", "JOBPROF_")) and k not in ("LOCAL_RANK", "RANK")}
+    env.update(extra)
+    return env
+
+
+class Runner:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.out = tmp_path / "prof"
+
+    def script(self, body: str, name: str = "job.py") -> Path:
+        path = self.tmp / name
+        path.write_text(textwrap.dedent(body))
+        return path
+
+    def run(self, script: Path | str, options: dict | str | None = None, *, mode: str | None = "true",
+            args: list[str] | None = None, env: dict[str, str] | None = None, timeout: float = 120,
+            check: bool = True) -> subprocess.CompletedProcess:
+        """Run ``script`` with PROFILING_MODE/PROFILING_OPTIONS set; output defaults to self.out."""
+        if isinstance(script, str):
+            script = self.script(script)
+        extra: dict[str, str] = {}
+        if mode is not None:
+            extra["PROFILING_MODE"] = mode
+        if options is not None:
+            if isinstance(options, dict):
+                options = json.dumps({"output": str(self.out), **options})
+            extra["PROFILING_OPTIONS"] = options
+        extra.update(env or {})
+        proc = subprocess.run([sys.executable, str(script), *(args or [])], cwd=self.tmp,
+                              env=clean_env(**extra), capture_output=True, text=True, timeout=timeout)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def prof_dirs(self) -> list[Path]:
+        return sorted(self.out.glob("PROF_*")) if self.out.exists() else []
+
+    def device_dir(self, device: int = 0) -> Path:
+        dirs = self.prof_dirs()
+        assert len(dirs) == 1, f"expected one PROF_ dir, found {dirs}"
+        return dirs[0] / f"device_{device}"
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Runner:
+    return Runner(tmp_path)
+
+
+def jobprof_cli(*args: str, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the installed ``jobprof`` command (the console script, as a user would)."""
+    exe = Path(sys.executable).with_name("jobprof")
+    return subprocess.run([str(exe), *args], env=clean_env(**(env or {})), cwd=cwd,
+                          capture_output=True, text=True, timeout=120)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
