@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -70,6 +72,8 @@ class Session:
         if self.state != "waiting" or os.getpid() != self.pid:
             return
         self.detector = StepDetector(self.on_iteration)
+        if _main_calls_step():
+            self.detector.expect_explicit = True  # explicit marks win from the first iteration
         self.detector.install()
         self.state = "collecting"
         self.manager.call("jobprof_session_start", only_active=True, session=self)
@@ -213,3 +217,19 @@ class Session:
             return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+_STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
+
+
+def _main_calls_step() -> bool:
+    """Does the program's main script call ``jobprof.step()``?  Then explicit marks win from
+    the first iteration on (a call made only from other modules takes over at its first call)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return bool(_STEP_CALL.search(handle.read(1 << 20)))
+    except OSError:
+        return False

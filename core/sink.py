@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from jobprof import export, rawstore
+from jobprof.steps import PENDING_LIMIT
 from jobprof.storage import StorageBudget
 from jobprof.types import WriterSpec
 
-MAX_IN_FLIGHT = 8
+# room for the burst of tentative iterations the detector confirms at once, plus a few more
+MAX_IN_FLIGHT = PENDING_LIMIT + 8
 _STOP = object()
 
 

@@ -44,6 +44,7 @@ class _Segment:
     fwd_end: int | None = None  # end of the last root forward
     end: int | None = None  # tentative boundary
     backwards: int = 0
+    skipped: bool = False
     root_ids: set[int] = attrs.field(factory=set)  # roots whose forward ran in this stretch
 
     def fp(self) -> int | None:
@@ -58,6 +59,10 @@ class StepDetector:
         self._lock = threading.RLock()
         self._local = threading.local()
         self.mode: str | None = None
+        #: the main script mentions jobprof.step(): hold automatic boundaries as tentative
+        #: until the first explicit call (or PENDING_LIMIT of them pass without one)
+        self.expect_explicit = False
+        self._tentative_optimizer = False
         self.index = 0
         self._last_end: int | None = None
         self._pending: list[_Segment] = []
@@ -167,7 +172,7 @@ class StepDetector:
                 self.roots.add(module)
                 for listener in self.root_listeners:
                     listener(module)
-            if self.mode not in ("explicit", "optimizer_step"):
+            if self.mode not in ("explicit", "optimizer_step") and not self._tentative_optimizer:
                 self._maybe_cut_tentative(id(module))
             seg = self._current
             seg.root_ids.add(id(module))
@@ -182,7 +187,8 @@ class StepDetector:
 
     def on_backward(self, start: int, end: int) -> None:
         with self._lock:
-            if self.mode not in ("explicit", "optimizer_step") and self._current.backwards:
+            if (self.mode not in ("explicit", "optimizer_step") and not self._tentative_optimizer
+                    and self._current.backwards):
                 # a second backward with no root forward in between (a forward would have cut)
                 self._cut(self._current.bp_end)
             self._current.bp_end = end
@@ -199,6 +205,13 @@ class StepDetector:
                 return
             if self.mode == "explicit":
                 return
+            if self.expect_explicit:
+                self._tentative_optimizer = True
+                self._current.skipped = skipped
+                self._cut(ts)
+                if len(self._pending) >= PENDING_LIMIT:
+                    self._confirm_pending()
+                return
             self.mode = "optimizer_step"
             self._finish_window(ts, "optimizer_step", skipped)
 
@@ -206,6 +219,7 @@ class StepDetector:
         ts = _now()
         with self._lock:
             self.mode = "explicit"
+            self.expect_explicit = False
             self._finish_window(ts, "explicit", False)
 
     def flush(self) -> None:
@@ -213,7 +227,8 @@ class StepDetector:
         with self._lock:
             if self.mode in ("explicit", "optimizer_step"):
                 return
-            self._maybe_cut_tentative(None)
+            if not self._tentative_optimizer:
+                self._maybe_cut_tentative(None)
             self._confirm_pending()
 
     # -- window bookkeeping ----------------------------------------------------------------
@@ -236,11 +251,14 @@ class StepDetector:
     def _confirm_pending(self) -> None:
         if not self._pending:
             return
-        if self.mode is None:
+        if self._tentative_optimizer:
+            self.mode = "optimizer_step"
+        elif self.mode is None:
             self.mode = "backward" if any(s.backwards for s in self._pending) else "forward"
+        self.expect_explicit = False
         pending, self._pending = self._pending, []
         for seg in pending:
-            self._finalize(seg, seg.end, self.mode, False)
+            self._finalize(seg, seg.end, self.mode, seg.skipped)
 
     def _finish_window(self, end: int, method: str, skipped: bool) -> None:
         merged = _Segment()

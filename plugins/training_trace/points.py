@@ -19,8 +19,10 @@ _now = time.monotonic_ns
 class PointCollector:
     def __init__(self, fp_point: str, bp_point: str) -> None:
         self.fp_point, self.bp_point = fp_point or "", bp_point or ""
-        self._fp_ns: int | None = None
-        self._bp_ns: int | None = None
+        # hit times since the last finished iteration; a burst of confirmed tentative
+        # iterations is served from them by time range (bounded: trimmed at every take)
+        self._fp_hits: list[int] = []
+        self._bp_hits: list[int] = []
         self._handles: list[Any] = []
         self._roots: weakref.WeakSet = weakref.WeakSet()
         self.fp_matches = 0
@@ -52,21 +54,19 @@ class PointCollector:
 
     # -- hot path --------------------------------------------------------------------------
     def _on_fp(self, *_: Any) -> None:
-        if self._fp_ns is None:
-            self._fp_ns = _now()
+        self._fp_hits.append(_now())
 
     def _on_bp(self, *_: Any) -> None:
-        self._bp_ns = _now()
+        self._bp_hits.append(_now())
 
     # -- per iteration ---------------------------------------------------------------------
     def take(self, iteration: Any) -> dict[str, Any]:
         """The iteration's step-trace record; resets for the next iteration."""
-        fp_own, bp_own = self._fp_ns, self._bp_ns
-        self._fp_ns = self._bp_ns = None
-        if fp_own is not None and not iteration.start_ns <= fp_own <= iteration.end_ns:
-            fp_own = None
-        if bp_own is not None and not iteration.start_ns <= bp_own <= iteration.end_ns:
-            bp_own = None
+        lo, hi = iteration.start_ns, iteration.end_ns
+        fp_own = min((t for t in self._fp_hits if lo <= t <= hi), default=None)
+        bp_own = max((t for t in self._bp_hits if lo <= t <= hi), default=None)
+        self._fp_hits = [t for t in self._fp_hits if t > hi]
+        self._bp_hits = [t for t in self._bp_hits if t > hi]
         return {
             "fp_start": fp_own if fp_own is not None else iteration.fp_start_ns,
             "bp_end": bp_own if bp_own is not None else iteration.bp_end_ns,
