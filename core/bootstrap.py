@@ -11,7 +11,6 @@ import os
 import sys
 
 import jsonschema
-
 from jobprof import _state, options
 from jobprof.manager import PluginManager
 from jobprof.reporter import REPORTER

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from tabulate import tabulate
-
 from jobprof import __version__, bootstrap, export
 from jobprof.manager import PluginManager
 from jobprof.profile import Profile, find_prof_dir
 from jobprof.reporter import Reporter
 from jobprof.types import Section
+from tabulate import tabulate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"jobprof {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("check", help="validate PROFILING_OPTIONS (or --options) and show the effective config")
+    p = sub.add_parser("check", help="validate PROFILING_OPTIONS (or --options); show the effective config")
     p.add_argument("--options", help="options JSON to check instead of $PROFILING_OPTIONS")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_check)
@@ -57,13 +56,13 @@ def _manager() -> tuple[PluginManager, Reporter]:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    manager, reporter = _manager()
+    manager, _ = _manager()
     outcome, composed = bootstrap.prepare(manager, os.environ, args.options)
     mode = os.environ.get("PROFILING_MODE")
     notes = list(outcome.warnings)
     if args.options is None and mode != "true":
-        notes.append(f"PROFILING_MODE is {mode!r}: a job started now would not be profiled"
-                     if mode is not None else "PROFILING_MODE is unset: a job started now would not be profiled")
+        shown = repr(mode) if mode is not None else "unset"
+        notes.append(f"PROFILING_MODE is {shown}: a job started now would not be profiled")
     if outcome.config is not None:
         missing = set(bootstrap.uncollected(outcome, composed))
         notes += [f"{k} is on but no installed plugin collects it" for k in sorted(missing)]
@@ -119,7 +118,7 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     prof = find_prof_dir(args.prof_dir)
-    manager, reporter = _manager()
+    manager, _ = _manager()
     manager.load_entry_points()
     devices = export.device_dirs(prof)
     if not devices:

@@ -22,7 +22,8 @@ class ClockAnchor:
         before = time.monotonic_ns()
         epoch = time.time_ns()
         after = time.monotonic_ns()
-        raw = time.clock_gettime_ns(time.CLOCK_MONOTONIC_RAW) if hasattr(time, "CLOCK_MONOTONIC_RAW") else after
+        raw_clock = getattr(time, "CLOCK_MONOTONIC_RAW", None)
+        raw = time.clock_gettime_ns(raw_clock) if raw_clock is not None else after
         return cls(epoch, (before + after) // 2, raw)
 
     def to_us(self, monotonic_ns: int) -> float:

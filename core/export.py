@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
 from jobprof import rawstore
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import atomic_write

@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
-
 from jobprof.types import Iteration
 
 PENDING_LIMIT = 16

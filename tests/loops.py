@@ -57,7 +57,7 @@ def lbfgs(n):
     m, loss_fn = model(), nn.MSELoss()
     opt = torch.optim.LBFGS(m.parameters(), lr=0.1, max_iter=4)
     for x, y in data(n):
-        def closure():
+        def closure(x=x, y=y):
             opt.zero_grad()
             loss = loss_fn(m(x), y)
             loss.backward()

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 
 import pytest
-
 from jobprof.profile import Profile
 
 LOOPS = __import__("pathlib").Path(__file__).with_name("loops.py")
@@ -36,7 +36,7 @@ def test_loop_shapes(runner, shape, n, expected, method):
     assert [it.index for it in iterations] == list(range(1, expected + 1))
     assert {it.method for it in iterations} == {method}
     assert info["iteration_method"] == method
-    for prev, it in zip(iterations, iterations[1:]):
+    for prev, it in itertools.pairwise(iterations):
         assert it.start_ns == prev.end_ns  # iterations tile the run
         assert it.end_ns > it.start_ns
 

@@ -59,7 +59,8 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
     if config is not None and not config.is_on("training_trace"):
         return []
     return [
-        WriterSpec("step_trace", "csv", render_csv, "one row per iteration: FP/BP, refresh, data bound, reduces"),
+        WriterSpec("step_trace", "csv", render_csv,
+                   "one row per iteration: FP/BP, refresh, data bound, reduces"),
         WriterSpec("step_trace", "json", render_json, "Chrome-trace events of the step trace"),
     ]
 

@@ -59,8 +59,10 @@ def render_json(ctx: ExportContext) -> str:
     tid, reduce_tid = pid, pid + 1  # reduces overlap FP/BP and refresh: own track
     events: list[dict[str, Any]] = [
         {"name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Step Trace"}, "ph": "M"},
-        {"name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"Model ID:{it.model_id}"}, "ph": "M"},
-        {"name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": 70000 + it.model_id}, "ph": "M"},
+        {"name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"Model ID:{it.model_id}"},
+         "ph": "M"},
+        {"name": "thread_sort_index", "pid": pid, "tid": tid,
+         "args": {"sort_index": 70000 + it.model_id}, "ph": "M"},
     ]
     points = {"Iteration ID": k, "FP Start": us(v["fp"]) if v["fp"] is not None else NA,
               "BP End": us(v["bp"]) if v["bp"] is not None else NA, "Iteration End": us(v["end"])}
@@ -86,7 +88,8 @@ def render_json(ctx: ExportContext) -> str:
     for j, (start, end) in enumerate(v["reduces"]):
         events.append({"name": f"Reduce_{k}_{j}", "pid": pid, "tid": reduce_tid, "ts": us(start),
                        "dur": span(start, end),
-                       "args": {"Iteration ID": k, f"Reduce Start {j}": us(start), f"Reduce End {j}": us(end)},
+                       "args": {"Iteration ID": k, f"Reduce Start {j}": us(start),
+                                f"Reduce End {j}": us(end)},
                        "cat": "Reduce", "ph": "X"})
     if v["prev_end"] is not None and v["fp"] is not None:
         flow = {"name": f"Data_aug Bound {k}", "cat": "Data_aug Bound", "pid": pid, "tid": tid,
