@@ -26,9 +26,18 @@ class ClockAnchor:
         raw = time.clock_gettime_ns(raw_clock) if raw_clock is not None else after
         return cls(epoch, (before + after) // 2, raw)
 
+    def to_epoch_ns(self, monotonic_ns: int) -> int:
+        """Epoch nanoseconds of a ``time.monotonic_ns()`` value from the same boot."""
+        return self.epoch_ns + (monotonic_ns - self.monotonic_ns)
+
     def to_us(self, monotonic_ns: int) -> float:
-        """Epoch microseconds of a ``time.monotonic_ns()`` value from the same boot."""
-        return (self.epoch_ns + (monotonic_ns - self.monotonic_ns)) / 1000.0
+        """Epoch microseconds as a float (about 0.25 us resolution at today's epoch)."""
+        return self.to_epoch_ns(monotonic_ns) / 1000.0
+
+    def stamp(self, monotonic_ns: int) -> str:
+        """Exact epoch microseconds with 3 decimals, as CSV files print them."""
+        ns = self.to_epoch_ns(monotonic_ns)
+        return f"{ns // 1000}.{ns % 1000:03d}"
 
     def info(self, prefix: str) -> dict[str, Any]:
         """msprof's start_info / end_info body (``prefix`` is ``Begin`` or ``End``)."""

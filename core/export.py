@@ -41,7 +41,7 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
                      on_error: Callable[[str, str], None]) -> list[tuple[Path, int, None]]:
     """Write every writer's file for one iteration; returns (path, bytes, None) per file."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
-    ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor.to_us, meta.config)
+    ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config)
     written = []
     for plugin, spec in writers:
         try:

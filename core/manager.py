@@ -1,27 +1,42 @@
 """Finds plugins through entry points, loads them, and calls hooks with failure isolation.
 
 Built-in plugins come in through the same ``jobprof`` entry-point group as third-party ones.
-A plugin that fails to import, implements a hook that does not exist (``check_pending``), or
-raises inside a hook is disabled and reported by name; nothing it does can stop the job.
+A plugin that fails to import, implements a hook that does not exist (``check_pending``),
+raises inside a hook (``SystemExit`` included) or returns something the hook's contract does
+not allow is disabled and reported by name, once; nothing it does can stop the job.
+
+Name clashes: when two distributions register the same entry-point name, the built-in one
+(distribution ``jobprof``) wins, otherwise the first on ``sys.path``; the other is failed.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+import re
+import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 import attrs
 import pluggy
-
 from jobprof import hookspec
 from jobprof.reporter import REPORTER, Reporter
-from jobprof.types import PluginRecord
+from jobprof.types import PluginRecord, Section, WriterSpec
 
 GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
+BUILTIN_DIST = "jobprof"
+#: the core's own raw stream (rawstore.ITERATION_STREAM); no plugin may write it
+CORE_STREAM = "iteration"
+_STREAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+_HOOKS = frozenset(n for n in dir(hookspec) if n.startswith("jobprof_"))
+
+
+class ContractError(Exception):
+    """A hook returned something its specification does not allow."""
 
 
 def _short_error(exc: BaseException) -> str:
@@ -29,7 +44,7 @@ def _short_error(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def disabled_names(environ: os._Environ | dict = os.environ) -> set[str]:
+def disabled_names(environ: os._Environ | Mapping[str, str] = os.environ) -> set[str]:
     return {n.strip() for n in environ.get(DISABLE_ENV, "").split(",") if n.strip()}
 
 
@@ -41,72 +56,136 @@ class PluginManager:
         self.pm.add_hookspecs(hookspec)
         self.reporter = reporter
         self._records: dict[str, PluginRecord] = {}
+        self._seen: set[tuple[str, str]] = set()  # (entry-point name, distribution) loaded
+        self._streams: dict[str, str] = {}  # raw stream -> plugin that returns it
+        self._files: dict[tuple[str, str], str] = {}  # (writer name, extension) -> plugin
+        self._lock = threading.RLock()  # fail() also runs on the sink thread
         self.inactive: set[str] = set()
 
     # -- loading ---------------------------------------------------------------------------
-    def load_entry_points(self, environ: os._Environ | dict = os.environ) -> None:
-        """Load every ``jobprof`` entry point not listed in JOBPROF_DISABLE_PLUGINS."""
+    def load_entry_points(self, environ: os._Environ | Mapping[str, str] = os.environ) -> None:
+        """Load every ``jobprof`` entry point not listed in JOBPROF_DISABLE_PLUGINS.
+
+        Blocked plugins are never imported.  Calling it again loads nothing twice.
+        """
         blocked = disabled_names(environ)
-        for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-            dist, version = _dist_of(ep)
-            record = PluginRecord(ep.name, dist, version, "active")
-            if ep.name in self._records:
-                self._records[f"{ep.name} ({dist})"] = attrs.evolve(
-                    record, status="failed", error=f"name '{ep.name}' is already taken"
-                )
+        try:
+            found = [(ep, *_dist_of(ep)) for ep in entry_points(group=GROUP)]
+        except Exception as exc:  # unreadable metadata somewhere on sys.path
+            self.reporter.warning(f"cannot list plugins: {_short_error(exc)}")
+            return
+        # stable sort: built-ins first within a name, then sys.path order
+        found.sort(key=lambda item: (item[0].name, item[1] != BUILTIN_DIST))
+        for ep, dist, version in found:
+            if (ep.name, dist) in self._seen:
                 continue
+            self._seen.add((ep.name, dist))
+            record = PluginRecord(ep.name, dist, version, "active")
+            holder = self._records.get(ep.name)
             if ep.name in blocked:
-                self._records[ep.name] = attrs.evolve(record, status="disabled", error=DISABLE_ENV)
+                key = ep.name if holder is None else f"{ep.name} ({dist})"
+                self._records[key] = attrs.evolve(record, status="disabled",
+                                                  error=f"listed in {DISABLE_ENV}")
+                continue
+            if holder is not None:
+                key = f"{ep.name} ({dist})"
+                self._records[key] = record
+                self.fail(key, f"the name '{ep.name}' is already taken by "
+                               f"{holder.distribution} {holder.version}".rstrip())
                 continue
             self._records[ep.name] = record
             try:
-                self.register(ep.load(), ep.name)
-            except Exception as exc:
-                self.fail(ep.name, f"cannot load '{ep.value}': {_short_error(exc)}")
+                plugin = ep.load()
+            except (Exception, SystemExit) as exc:
+                self.fail(ep.name, f"cannot import '{ep.value}': {_short_error(exc)}")
+                continue
+            try:
+                self.register(plugin, ep.name)
+            except (Exception, SystemExit) as exc:
+                self.fail(ep.name, str(exc) if isinstance(exc, ValueError) else _short_error(exc))
 
     def register(self, plugin: object, name: str) -> None:
-        """Register one plugin object; a hook with no matching spec fails it (check_pending)."""
+        """Register one plugin object; a hook with no matching spec fails it (check_pending).
+
+        Raises ValueError with a readable reason when the plugin cannot be registered.
+        """
         self._records.setdefault(name, PluginRecord(name, "(local)", "", "active"))
-        self.pm.register(plugin, name=name)
+        try:
+            self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            raise ValueError(_validation_reason(exc)) from None
         try:
             self.pm.check_pending()
+            wrappers = [c.name for c in self.pm.get_hookcallers(plugin) or []
+                        for impl in c.get_hookimpls()
+                        if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper)]
+            if wrappers:
+                raise ValueError(f"hook wrappers are not supported: {', '.join(wrappers)}")
         except pluggy.PluginValidationError:
+            unknown = sorted({c.name for c in self.pm.get_hookcallers(plugin) or []
+                              if not c.has_spec()})
             self.pm.unregister(name=name)
-            known = {n for n in dir(hookspec) if n.startswith("jobprof_")}
-            unknown = [n for n in dir(plugin) if n.startswith("jobprof_") and n not in known]
-            raise ValueError(f"implements unknown hook(s): {', '.join(unknown)}") from None
+            raise ValueError(f"implements unknown hook(s): {_suggest(unknown)}") from None
+        except ValueError:
+            self.pm.unregister(name=name)
+            raise
 
     def fail(self, name: str, error: str) -> None:
-        """Disable a plugin for the rest of the process and say so once."""
-        if self.pm.has_plugin(name):
-            self.pm.unregister(name=name)
-        record = self._records.get(name)
-        if record is not None:
-            self._records[name] = attrs.evolve(record, status="failed", error=error)
+        """Disable a plugin for the rest of the process and say so once (idempotent)."""
+        with self._lock:
+            record = self._records.get(name)
+            if record is not None and record.status == "failed":
+                return  # the first error is the one reported
+            if self.pm.has_plugin(name):
+                self.pm.unregister(name=name)
+            if record is not None:
+                self._records[name] = attrs.evolve(record, status="failed", error=error)
         self.reporter.warning(f"plugin '{name}' disabled: {error}")
 
     # -- calling ---------------------------------------------------------------------------
-    def _impls(self, hook_name: str, only_active: bool) -> Iterator[tuple[str, Callable, list]]:
+    def _impls(self, hook_name: str, only_active: bool) -> Iterator[tuple[str, Callable, tuple]]:
         caller = getattr(self.pm.hook, hook_name)
         for impl in reversed(caller.get_hookimpls()):  # pluggy's own calling order
             if only_active and impl.plugin_name in self.inactive:
                 continue
             yield impl.plugin_name, impl.function, impl.argnames
 
-    def call(self, hook_name: str, only_active: bool = False, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call one hook on every plugin, isolating failures.  Returns (plugin, result) pairs."""
-        results = []
+    def call(self, hook_name: str, only_active: bool = False,
+             **kwargs: Any) -> list[tuple[str, Any]]:
+        """Call one hook on every plugin, isolating failures.  Returns (plugin, result) pairs.
+
+        Implementations get only the arguments they declare (pluggy semantics).  Results of
+        the hooks in :data:`CHECKS` are validated and normalised (iterables become lists).
+        """
+        if hook_name not in _HOOKS:
+            raise AttributeError(f"no hook named {hook_name!r}")
+        returned = []
         for name, function, argnames in list(self._impls(hook_name, only_active)):
+            args = {arg: kwargs[arg] for arg in argnames}  # a KeyError here is a core bug
             try:
-                result = function(**{arg: kwargs[arg] for arg in argnames})
-            except Exception as exc:
-                where = traceback.extract_tb(exc.__traceback__)[-1]
-                self.fail(name, f"{hook_name} raised {_short_error(exc)} "
-                                f"({os.path.basename(where.filename)}:{where.lineno})")
+                returned.append((name, function(**args)))
+            except (Exception, SystemExit) as exc:
+                self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
+        check = CHECKS.get(hook_name)
+        checked: dict[int, Any] = {}
+        # validate built-ins first, then in load order: the first plugin claims a stream/file
+        for i in sorted(range(len(returned)), key=lambda i: self._priority(returned[i][0])):
+            name, result = returned[i]
+            if result is None or not self.pm.has_plugin(name):
                 continue
-            if result is not None:
-                results.append((name, result))
-        return results
+            try:
+                checked[i] = check(self, name, result) if check else result
+            except ContractError as exc:
+                self.fail(name, f"{hook_name} returned {exc}")
+            except (Exception, SystemExit) as exc:  # e.g. a generator raising while listed
+                self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
+        return [(returned[i][0], checked[i]) for i in sorted(checked)
+                if self.pm.has_plugin(returned[i][0])]
+
+    def _priority(self, name: str) -> tuple[bool, int]:
+        record = self._records.get(name)
+        order = list(self._records).index(name) if record is not None else len(self._records)
+        return (record is None or record.distribution != BUILTIN_DIST, order)
 
     # -- introspection ---------------------------------------------------------------------
     def records(self) -> list[PluginRecord]:
@@ -116,14 +195,105 @@ class PluginManager:
         return self._records.get(name)
 
     def update(self, name: str, **changes: Any) -> None:
-        self._records[name] = attrs.evolve(self._records[name], **changes)
+        with self._lock:
+            self._records[name] = attrs.evolve(self._records[name], **changes)
 
     def active(self) -> list[str]:
-        return [n for n, r in self._records.items() if r.status == "active" and n not in self.inactive]
+        return [n for n, r in self._records.items()
+                if r.status == "active" and n not in self.inactive]
+
+
+# -- result contracts ----------------------------------------------------------------------
+def _check_schema(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, Any]:
+    import jsonschema  # imported only where options are composed anyway
+
+    if not isinstance(result, Mapping):
+        raise ContractError(f"{type(result).__name__}, not a JSON Schema object")
+    try:
+        jsonschema.Draft202012Validator.check_schema(dict(result))
+    except jsonschema.SchemaError as exc:
+        raise ContractError(f"an invalid JSON Schema: {exc.message}") from None
+    return result
+
+
+def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, list]:
+    if not isinstance(result, Mapping):
+        raise ContractError(f"{type(result).__name__}, not {{stream: [records]}}")
+    with manager._lock:
+        for stream, records in result.items():
+            if not isinstance(stream, str) or not _STREAM_RE.match(stream) or stream == CORE_STREAM:
+                raise ContractError(f"stream name {stream!r} (must match {_STREAM_RE.pattern}, "
+                                    f"not '{CORE_STREAM}')")
+            if not isinstance(records, list):
+                raise ContractError(f"{type(records).__name__} for stream '{stream}', not a list")
+            owner = manager._streams.setdefault(stream, plugin)
+            if owner != plugin:
+                raise ContractError(f"stream '{stream}', which belongs to plugin '{owner}'")
+    return result
+
+
+def _check_writers(manager: PluginManager, plugin: str, result: Any) -> list[WriterSpec]:
+    specs = _as_list(result, WriterSpec)
+    with manager._lock:
+        for spec in specs:
+            owner = manager._files.setdefault((spec.name, spec.extension), plugin)
+            if owner != plugin:
+                raise ContractError(f"writer '{spec.name}.{spec.extension}', which belongs to "
+                                    f"plugin '{owner}'")
+    return specs
+
+
+def _check_sections(manager: PluginManager, plugin: str, result: Any) -> list[Section]:
+    return _as_list(result, Section)
+
+
+def _as_list(result: Any, kind: type) -> list:
+    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
+        raise ContractError(f"{type(result).__name__}, not a list of {kind.__name__}")
+    items = list(result)  # a generator runs here, inside the isolation
+    wrong = [type(item).__name__ for item in items if not isinstance(item, kind)]
+    if wrong:
+        raise ContractError(f"{wrong[0]} in a list of {kind.__name__}")
+    return items
+
+
+#: result validators by hook: they raise ContractError, which fails the plugin by name
+CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
+    "jobprof_options_schema": _check_schema,
+    "jobprof_iteration_end": _check_streams,
+    "jobprof_writers": _check_writers,
+    "jobprof_report_sections": _check_sections,
+}
+
+
+# -- helpers -------------------------------------------------------------------------------
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f" ({os.path.basename(frames[-1].filename)}:{frames[-1].lineno})" if frames else ""
+
+
+def _suggest(unknown: list[str]) -> str:
+    out = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, sorted(_HOOKS), n=1)
+        out.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return ", ".join(out) or "?"
+
+
+def _validation_reason(exc: pluggy.PluginValidationError) -> str:
+    """pluggy's multi-line message, as one line: the hook definition and what is wrong."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    definition = next((ln.split(": ", 1)[1] for ln in lines
+                       if ln.startswith("hookimpl definition")), "")
+    reason = lines[-1] if lines else type(exc).__name__
+    return f"{definition}: {reason}" if definition else reason
 
 
 def _dist_of(ep: EntryPoint) -> tuple[str, str]:
     dist = getattr(ep, "dist", None)
     if dist is None:
         return "(unknown)", ""
-    return dist.metadata["Name"] or "(unknown)", dist.version or ""
+    try:
+        return dist.metadata["Name"] or "(unknown)", dist.version or ""
+    except Exception:
+        return "(unknown)", ""

@@ -10,13 +10,13 @@ import copy
 import difflib
 import json
 import os
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
 import jsonschema
-
 from jobprof import schemas
 from jobprof.reporter import Problem
 from jobprof.types import Config
@@ -35,9 +35,14 @@ MAX_OPTIONS_BYTES = 2047
 STORAGE_LIMIT_MIN_MB, STORAGE_LIMIT_MAX_MB = 200, 4294967295
 CUSTOM_REGISTER_RANGE = (0x1, 0x6E)
 
+#: Keys msprof refuses next to instr_profiling_freq when they are switched on (the schema's
+#: dependentSchemas says the same; a test keeps them equal).
+EXCLUSIVE_WITH_INSTR = ("training_trace", "task_trace", "task_time", "hccl", "aicpu", "fp_point",
+                        "bp_point", "aic_metrics", "l2", "runtime_api")
+
 _HINTS = {
     "storage_limit": "must be '<digits>MB' with no space and the unit, e.g. \"2048MB\"",
-    "output": "must not contain control characters (\\n \\f \\r \\b \\t \\v) or DEL",
+    "output": "must not contain control characters (\\n \\f \\r \\b \\t \\v, NUL) or DEL",
     "host_sys": "must be a comma list of cpu, mem, disk, network, osrt (no spaces)",
     "host_sys_usage": "must be a comma list of cpu, mem (no spaces)",
     "aic_metrics": "must be one of ArithmeticUtilization, PipeUtilization, Memory, MemoryL0, "
@@ -66,16 +71,23 @@ class Outcome:
 def compose(fragments: Iterable[tuple[str, Mapping[str, Any]]]) -> Composed:
     """Merge the core schema with plugin fragments (``(plugin, fragment)`` pairs).
 
-    A fragment that refines a core key is combined with ``allOf``; a new key is added.
+    A fragment that refines a core key is combined with ``allOf``; a new key is added; the
+    fragment's ``$defs`` join the root's so its local ``$ref``s still resolve.
     Raises ``jsonschema.SchemaError`` naming the plugin when a fragment is not a valid schema.
     """
     schema = copy.deepcopy(schemas.load("options"))
     owners: dict[str, str] = {}
     for plugin, fragment in fragments:
         try:
-            jsonschema.Draft202012Validator.check_schema(dict(fragment))
+            jsonschema.Draft202012Validator.check_schema(fragment)
+            if not isinstance(fragment, Mapping):
+                raise jsonschema.SchemaError("must be an object")
+            for name, sub in dict(fragment.get("$defs", {})).items():
+                if schema["$defs"].setdefault(name, sub) != sub:
+                    raise jsonschema.SchemaError(f"$defs/{name} is already defined differently")
         except jsonschema.SchemaError as exc:
-            raise jsonschema.SchemaError(f"plugin '{plugin}': invalid options schema: {exc.message}") from None
+            raise jsonschema.SchemaError(
+                f"plugin '{plugin}': invalid options schema: {exc.message}") from None
         for key, sub in dict(fragment.get("properties", {})).items():
             core = schema["properties"].get(key)
             schema["properties"][key] = {"allOf": [core, sub]} if core is not None else dict(sub)
@@ -84,11 +96,19 @@ def compose(fragments: Iterable[tuple[str, Mapping[str, Any]]]) -> Composed:
     return Composed(schema, owners)
 
 
+def _parts(sub: Any) -> Iterator[Mapping[str, Any]]:
+    """A property schema and, recursively, its ``allOf`` parts (one per refining plugin)."""
+    if isinstance(sub, Mapping):
+        yield sub
+        for part in sub.get("allOf", []):
+            yield from _parts(part)
+
+
 def defaults(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The ``default`` of every property (looking inside ``allOf`` for refined keys)."""
     out = {}
     for key, sub in schema["properties"].items():
-        for part in [sub, *sub.get("allOf", [])]:
+        for part in _parts(sub):
             if "default" in part:
                 out[key] = part["default"]
     return out
@@ -98,8 +118,29 @@ def read_text(environ: Mapping[str, str] = os.environ) -> tuple[str, str]:
     """Return (options JSON text, source label) from the environment, msprof default if empty."""
     text = environ.get("PROFILING_OPTIONS", "")
     if not text.strip():
-        return json.dumps(MSPROF_DEFAULT), "msprof default options (PROFILING_OPTIONS empty or unset)"
+        return (json.dumps(MSPROF_DEFAULT),
+                "msprof default options (PROFILING_OPTIONS empty or unset)")
     return text, "PROFILING_OPTIONS"
+
+
+class _NotJson(ValueError):
+    """A construct Python's json accepts but JSON (and msprof's parser) does not."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is not a JSON value")
+
+
+def _parse(text: str, warnings: list[str]) -> Any:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in items:
+            if key in seen:
+                warnings.append(f"option {key!r} is given more than once; the last value is used")
+            seen[key] = value
+        return seen
+
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs)
 
 
 def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
@@ -107,21 +148,27 @@ def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
     """Parse and validate ``text``; build the effective Config when there is no problem."""
     problems: list[Problem] = []
     warnings: list[str] = []
-    size = len(text.encode("utf-8"))
+    # surrogateescape: undecodable bytes in the environment must not crash the size check
+    size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_OPTIONS_BYTES:
-        problems.append(Problem("$", f"is {size} bytes; msprof accepts at most {MAX_OPTIONS_BYTES}"))
+        problems.append(Problem("$", f"is {size} bytes long; msprof accepts at most "
+                                     f"{MAX_OPTIONS_BYTES} bytes"))
     try:
-        options = json.loads(text)
+        options = _parse(text, warnings)
     except json.JSONDecodeError as exc:
-        problems.append(Problem("$", f"invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"))
-        return Outcome(None, tuple(problems), source=source)
+        problems.append(Problem(
+            "$", f"invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}", text, True))
+        return Outcome(None, tuple(problems), tuple(warnings), source)
+    except _NotJson as exc:
+        problems.append(Problem("$", f"invalid JSON: {exc}", text, True))
+        return Outcome(None, tuple(problems), tuple(warnings), source)
     if not isinstance(options, dict):
-        problems.append(Problem("$", f"must be a JSON object, not {_json_type(options)}", options, True))
-        return Outcome(None, tuple(problems), source=source)
+        problems.append(Problem("$", f"must be a JSON object {{...}}, not {_json_type(options)}",
+                                options, True))
+        return Outcome(None, tuple(problems), tuple(warnings), source)
 
     validator = jsonschema.Draft202012Validator(composed.schema)
-    for error in sorted(validator.iter_errors(options), key=lambda e: (list(e.absolute_path), e.message)):
-        problems.extend(_explain(error, composed.schema, options))
+    problems.extend(_schema_problems(list(validator.iter_errors(options)), composed.schema, options))
     bad_keys = {p.path for p in problems}
     storage_mb = None
     if "storage_limit" in options and "$.storage_limit" not in bad_keys:
@@ -133,7 +180,7 @@ def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
     if "$.output" not in bad_keys:
         problems.extend(_output_problems(str(options.get("output", "./")), cwd))
     if problems:
-        return Outcome(None, tuple(problems), tuple(warnings), source)
+        return Outcome(None, tuple(_sorted(problems)), tuple(warnings), source)
 
     values = defaults(composed.schema)
     values.update({k: v for k, v in options.items() if v != "" or k in ("fp_point", "bp_point")})
@@ -142,9 +189,28 @@ def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
     values.pop("task_time", None)
     if options.get("aic_metrics") == "":
         values["aic_metrics"] = "PipeUtilization"
+    if "instr_profiling_freq" in options:  # instruction profiling replaces the trace switches
+        for key in EXCLUSIVE_WITH_INSTR:
+            if options.get(key, "") == "" and values.get(key) not in (None, ""):
+                values[key] = "off"
+    for key, value in values.items():  # 10.0 passes "integer"; collectors get a real int
+        if isinstance(value, float) and value.is_integer() and _declares(composed, key, "integer"):
+            values[key] = int(value)
+    if storage_mb is not None:
+        values["storage_limit"] = f"{storage_mb}MB"  # the effective limit, after raising to 200
     values["output"] = str(Path(cwd or os.getcwd(), values["output"]).resolve())
     config = Config(values, explicit=options.keys(), source=source, storage_limit_mb=storage_mb)
     return Outcome(config, (), tuple(warnings), source)
+
+
+def _declares(composed: Composed, key: str, kind: str) -> bool:
+    return any(part.get("type") == kind for part in _parts(composed.schema["properties"].get(key)))
+
+
+def _sorted(problems: list[Problem]) -> list[Problem]:
+    """Whole-document problems first, then by key; the same line is never repeated."""
+    unique = {p.render(): p for p in problems}  # by text: values may be unhashable lists
+    return sorted(unique.values(), key=lambda p: (p.path != "$", p.path))
 
 
 # -- explaining schema errors --------------------------------------------------------------
@@ -153,72 +219,134 @@ def _json_type(value: Any) -> str:
             type(None): "null", int: "a number", float: "a number"}.get(type(value), "a value")
 
 
+#: When one key fails several keywords, only the most basic kind is reported: a wrong type
+#: makes the enum/pattern errors of the same value noise.
+_RANK = {"type": 0, "enum": 1, "const": 1, "pattern": 2, "minLength": 3, "maxLength": 3}
+
+
+def _schema_problems(errors: list[jsonschema.ValidationError], schema: Mapping[str, Any],
+                     options: Mapping[str, Any]) -> list[Problem]:
+    best: dict[tuple[Any, ...], int] = {}
+    for error in errors:
+        where = tuple(error.absolute_path)
+        best[where] = min(best.get(where, 99), _RANK.get(str(error.validator), 4))
+    out: list[Problem] = []
+    for error in errors:
+        where = tuple(error.absolute_path)
+        if where and _RANK.get(str(error.validator), 4) != best[where]:
+            continue
+        out.extend(_explain(error, schema, options))
+    return out
+
+
 def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
              options: Mapping[str, Any]) -> list[Problem]:
     path = error.json_path
     key = error.absolute_path[0] if error.absolute_path else None
+    value, has = error.instance, True
     if error.validator == "additionalProperties":
         known = list(schema["properties"])
         out = []
         for extra in sorted(set(error.instance) - set(known)):
-            close = difflib.get_close_matches(extra, known, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
-            out.append(Problem(f"$.{extra}", f"unknown option key{hint}"))
+            lowered = {k.lower(): k for k in known}
+            close = difflib.get_close_matches(extra.lower(), list(lowered), n=1, cutoff=0.6)
+            hint = (f"did you mean \"{lowered[close[0]]}\"?" if close
+                    else f"known keys: {', '.join(sorted(known))}")
+            out.append(Problem(f"$.{extra}", f"unknown option key; {hint}",
+                               error.instance[extra], True))
         return out
-    if error.validator == "not" and "instr_profiling_freq" in options:
-        clash = [k for k in options if k in _EXCLUSIVE_WITH_INSTR]
+    if list(error.relative_schema_path)[:2] == ["dependentSchemas", "instr_profiling_freq"]:
+        # the entries of the schema's anyOf that match name the keys that are switched on
+        clash = [entry["required"][0] for entry in error.validator_value["anyOf"]
+                 if jsonschema.Draft202012Validator(entry).is_valid(options)]
         return [Problem("$.instr_profiling_freq",
-                        f"cannot be combined with {', '.join(clash)} (msprof rule)")]
-    if error.validator in ("allOf", "anyOf", "oneOf"):  # report the concrete sub-errors
-        return [p for sub in error.context or [] for p in _explain(sub, schema, options)]
-    value, has = error.instance, True
-    if error.validator == "type":
-        message = f"must be {_article(error.validator_value)}"
+                        f"cannot be combined with {', '.join(clash)} (msprof runs instruction "
+                        "profiling alone; remove those keys or set them off)",
+                        options["instr_profiling_freq"], True)]
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        # say what would be accepted: each alternative's requirement, joined with "or"
+        subs = [p.message for sub in error.context
+                for p in _explain(sub, schema, options) if p.path == path]
+        message = " or ".join(dict.fromkeys(subs)) or error.message
+    elif error.validator == "required":
+        missing = [k for k in error.validator_value if k not in error.instance]
+        return [Problem(f"{path}.{k}", "is required here") for k in missing]
+    elif error.validator == "type":
+        message = _type_message(error.validator_value, error.instance)
     elif error.validator == "enum":
-        allowed = ", ".join(repr(v) for v in error.validator_value)
-        message = f"must be one of {allowed}"
+        message = _enum_message(error.validator_value)
+    elif error.validator == "const":
+        message = f"must be {json.dumps(error.validator_value)}"
+    elif error.validator in ("pattern", "not") and str(key) in _HINTS:
+        message = _HINTS[str(key)]
     elif error.validator == "pattern":
-        message = _HINTS.get(str(key), f"must match {error.validator_value}")
-    elif error.validator in ("minimum", "maximum"):
-        bounds = _bounds(schema["properties"].get(key, {}))
-        message = f"must be an integer in [{bounds[0]}, {bounds[1]}]"
+        message = f"must match the pattern {error.validator_value}"
+    elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        message = _range_message(schema["properties"].get(key), error.schema)
     elif error.validator == "maxLength":
-        message = f"must be at most {error.validator_value} characters"
-        value = f"{len(error.instance)} characters"
+        message = (f"must be at most {error.validator_value} characters long "
+                   f"(this is {len(error.instance)})")
     elif error.validator == "minLength":
-        message = "must not be empty"
+        message = ("must not be empty" if error.validator_value == 1
+                   else f"must be at least {error.validator_value} characters long")
     else:
         message = error.message
     return [Problem(path, message, value, has)]
 
 
-_EXCLUSIVE_WITH_INSTR = ("training_trace", "task_trace", "task_time", "hccl", "aicpu", "fp_point",
-                         "bp_point", "aic_metrics", "l2", "runtime_api")
-
-
-def _article(kind: Any) -> str:
+def _type_message(kind: Any, instance: Any) -> str:
     kinds = kind if isinstance(kind, list) else [kind]
-    words = {"string": "a string", "integer": "an integer (a JSON number, not a string)",
-             "object": "an object", "boolean": "true or false", "number": "a number"}
-    return " or ".join(words.get(k, k) for k in kinds)
+    words = {"string": "a string", "integer": "an integer", "object": "an object",
+             "boolean": "true or false", "number": "a number", "array": "an array",
+             "null": "null"}
+    message = "must be " + " or ".join(words.get(k, k) for k in kinds)
+    if isinstance(instance, str) and {"integer", "number"} & set(kinds):
+        message += " (a JSON number, without quotes)"
+    elif isinstance(instance, bool) and "string" in kinds:
+        message += " (write switches as \"on\" or \"off\", in quotes)"
+    if isinstance(instance, float) and not instance.is_integer():
+        return message + ", not a fractional number"
+    return message + f", not {_json_type(instance)}"
 
 
-def _bounds(sub: Mapping[str, Any]) -> tuple[Any, Any]:
-    for part in [sub, *sub.get("allOf", [])]:
-        if "minimum" in part or "maximum" in part:
-            return part.get("minimum"), part.get("maximum")
-    return None, None
+def _enum_message(allowed: list[Any]) -> str:
+    shown = [json.dumps(v) for v in allowed if v != ""]
+    text = shown[0] if len(shown) == 1 else f"one of {', '.join(shown)}"
+    return f"must be {text}" + (" (or \"\" for the default)" if "" in allowed else "")
+
+
+def _range_message(prop: Any, failed: Mapping[str, Any]) -> str:
+    """The accepted range over every part of the key's schema (core and plugin refinements)."""
+    low = high = None
+    low_open = high_open = False
+    for part in [*_parts(prop), failed]:
+        for name, is_open in (("minimum", False), ("exclusiveMinimum", True)):
+            if name in part and (low is None or part[name] >= low):
+                low, low_open = part[name], is_open
+        for name, is_open in (("maximum", False), ("exclusiveMaximum", True)):
+            if name in part and (high is None or part[name] <= high):
+                high, high_open = part[name], is_open
+    kind = "an integer" if any(p.get("type") == "integer" for p in _parts(prop)) else "a number"
+    if low is not None and high is not None:
+        return f"must be {kind} in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+    if low is not None:
+        return f"must be {kind} {'>' if low_open else '>='} {low}"
+    return f"must be {kind} {'<' if high_open else '<='} {high}"
 
 
 # -- checks JSON Schema cannot express -----------------------------------------------------
 def _storage_limit(text: str) -> tuple[int | None, list[str], list[Problem]]:
-    mb = int(text[:-2])
-    if mb > STORAGE_LIMIT_MAX_MB:
-        return None, [], [Problem("$.storage_limit",
-                                  f"must be at most {STORAGE_LIMIT_MAX_MB}MB", text, True)]
+    digits = text[:-2].lstrip("0") or "0"
+    # compare lengths first: int() refuses strings over 4300 digits
+    if len(digits) > len(str(STORAGE_LIMIT_MAX_MB)) or int(digits) > STORAGE_LIMIT_MAX_MB:
+        return None, [], [Problem("$.storage_limit", f"must be at most {STORAGE_LIMIT_MAX_MB}MB "
+                                  f"(the range is [{STORAGE_LIMIT_MIN_MB}, "
+                                  f"{STORAGE_LIMIT_MAX_MB}] MB)", text, True)]
+    mb = int(digits)
     if mb < STORAGE_LIMIT_MIN_MB:
         return STORAGE_LIMIT_MIN_MB, [
-            f"storage_limit {text!r} is below the minimum; using {STORAGE_LIMIT_MIN_MB}MB (as msprof does)"
+            f"storage_limit {text!r} is below the minimum; "
+            f"using {STORAGE_LIMIT_MIN_MB}MB (as msprof does)"
         ], []
     return mb, [], []
 
@@ -231,28 +359,35 @@ def _custom_registers(text: str) -> list[Problem]:
     for reg in text[len("Custom:"):].split(","):
         number = int(reg, 16) if reg.lower().startswith("0x") else int(reg)
         if not low <= number <= high:
-            out.append(Problem("$.aic_metrics", f"register {reg} is outside [0x1, 0x6E]", text, True))
+            out.append(Problem("$.aic_metrics", f"register {reg} is outside [0x1, 0x6E] "
+                               f"(= [1, 110])", text, True))
     return out
 
 
 def _output_problems(output: str, cwd: str | None) -> list[Problem]:
-    """The output directory must be a directory, or creatable, and writable."""
+    """The output directory must be a directory, or creatable, and writable.
+
+    Permission bits alone cannot tell (root passes os.access everywhere; /proc and /sys
+    refuse new entries whatever the bits say), so a throw-away directory is created and
+    removed in the nearest existing ancestor: exactly what creating PROF_* needs.
+    """
     path = Path(cwd or os.getcwd(), output)
     probe = path
     while not probe.exists():  # nearest existing ancestor decides creatability
+        if probe.is_symlink():
+            return [Problem("$.output", f"cannot be created: '{probe}' is a broken symbolic link",
+                            output, True)]
         if probe.parent == probe:
             break
         probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        what = "is a file" if probe == path else f"cannot be created: '{probe}' is a file"
-        return [Problem("$.output", f"{what}", output, True)]
-    if not os.access(probe, os.W_OK | os.X_OK) or _read_only_fs(probe):
-        return [Problem("$.output", f"is not writable ('{probe}' does not allow writing)", output, True)]
-    return []
-
-
-def _read_only_fs(path: Path) -> bool:
+    if not probe.is_dir():
+        what = "is a file, not a directory" if probe == path else (
+            f"cannot be created: '{probe}' is a file, not a directory")
+        return [Problem("$.output", what, output, True)]
     try:
-        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
-    except OSError:
-        return False
+        os.rmdir(tempfile.mkdtemp(prefix=".jobprof-write-probe-", dir=probe))
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        return [Problem("$.output", f"is not writable: cannot create a directory in '{probe}' "
+                                    f"({reason})", output, True)]
+    return []

@@ -6,10 +6,11 @@ message once to stderr (prefixed ``jobprof:``) and remembers it for ``end_info``
 
 from __future__ import annotations
 
+import json
 import os
-import zlib
 import sys
 import threading
+import zlib
 
 import attrs
 
@@ -24,8 +25,28 @@ class Problem:
     has_value: bool = False
 
     def render(self) -> str:
-        shown = f" (got {self.value!r})" if self.has_value else ""
+        shown = f" (got {show_value(self.value)})" if self.has_value else ""
         return f"{self.path}: {self.message}{shown}"
+
+
+#: Longest value shown in a problem line; the user has the full text in the environment.
+MAX_SHOWN = 80
+
+
+def show_value(value: object) -> str:
+    """The value as the user wrote it in JSON (true, null, "on"), on one line, shortened.
+
+    JSON escapes \\n and friends; DEL and C1 controls are escaped too so the terminal shows
+    what is wrong instead of acting on it.
+    """
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    text = "".join(f"\\u{ord(c):04x}" if 0x7F <= ord(c) <= 0x9F else c for c in text)
+    if len(text) > MAX_SHOWN:
+        text = f"{text[:MAX_SHOWN - 3]}..."
+    return text
 
 
 class Reporter:

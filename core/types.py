@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 
+from jobprof.clock import ClockAnchor
+
 #: msprof's model id for step mode: eager execution, iteration = training step.
 STEP_MODE_MODEL_ID = 4294967295
 
@@ -88,12 +90,20 @@ class ExportContext:
     pid: int
     #: raw records of this iteration, by stream name
     streams: Mapping[str, list[dict[str, Any]]] = attrs.field(converter=_freeze)
-    #: epoch microseconds for a monotonic-ns timestamp of the recording process
-    to_us: Callable[[int], float] = attrs.field(repr=False)
+    #: the recording process's clock anchor (monotonic ns -> epoch)
+    anchor: ClockAnchor = attrs.field(repr=False)
     config: Config | None = None
 
     def records(self, stream: str) -> list[dict[str, Any]]:
         return self.streams.get(stream, [])
+
+    def to_us(self, monotonic_ns: int) -> float:
+        """Epoch microseconds (float) of a raw timestamp, for timeline ``ts`` values."""
+        return self.anchor.to_us(monotonic_ns)
+
+    def stamp(self, monotonic_ns: int) -> str:
+        """Exact epoch microseconds with 3 decimals, for CSV columns."""
+        return self.anchor.stamp(monotonic_ns)
 
 
 @attrs.frozen

@@ -36,7 +36,7 @@ def _dur(a: int | None, b: int | None) -> str:
 
 def render_csv(ctx: ExportContext) -> str:
     v = step_values(ctx)
-    stamp = lambda ns: f"{ctx.to_us(ns):.3f}\t" if ns is not None else NA  # noqa: E731
+    stamp = lambda ns: f"{ctx.stamp(ns)}\t" if ns is not None else NA  # noqa: E731
     row = [ctx.device_id, ctx.iteration.index, stamp(v["fp"]), stamp(v["bp"]), stamp(v["end"]),
            _dur(v["start"], v["end"]), _dur(v["fp"], v["bp"]), _dur(v["bp"], v["end"]),
            _dur(v["prev_end"], v["fp"]), ctx.iteration.model_id]
@@ -54,7 +54,11 @@ def render_csv(ctx: ExportContext) -> str:
 def render_json(ctx: ExportContext) -> str:
     v = step_values(ctx)
     it, pid, k = ctx.iteration, ctx.pid, ctx.iteration.index
-    us = lambda ns: round(ctx.to_us(ns), 3)  # noqa: E731
+    us = ctx.to_us
+    # ts/dur: float epoch us; dur is the difference of the two rounded floats (exact in
+    # binary), so ts + dur lands exactly on the end and nesting survives the rounding.
+    # Exact durations go in the args.
+    dur = lambda a, b: us(b) - us(a)  # noqa: E731
     span = lambda a, b: round((b - a) / 1000, 3)  # noqa: E731
     tid, reduce_tid = pid, pid + 1  # reduces overlap FP/BP and refresh: own track
     events: list[dict[str, Any]] = [
@@ -67,18 +71,18 @@ def render_json(ctx: ExportContext) -> str:
     points = {"Iteration ID": k, "FP Start": us(v["fp"]) if v["fp"] is not None else NA,
               "BP End": us(v["bp"]) if v["bp"] is not None else NA, "Iteration End": us(v["end"])}
     events.append({"name": f"Iteration {k}", "pid": pid, "tid": tid, "ts": us(v["start"]),
-                   "dur": span(v["start"], v["end"]),
+                   "dur": dur(v["start"], v["end"]),
                    "args": {**points, "Iteration Time(us)": span(v["start"], v["end"])},
                    "cat": "Iteration Time", "ph": "X"})
     if v["fp"] is not None and v["bp"] is not None:
         events.append({"name": f"FP_BP Time {k}", "pid": pid, "tid": tid, "ts": us(v["fp"]),
-                       "dur": span(v["fp"], v["bp"]),
+                       "dur": dur(v["fp"], v["bp"]),
                        "args": {"Iteration ID": k, "FP Start": us(v["fp"]), "BP End": us(v["bp"]),
                                 "FP_BP Time(us)": span(v["fp"], v["bp"])},
                        "cat": "FP_BP Time", "ph": "X"})
     if v["bp"] is not None:
         events.append({"name": f"Iteration Refresh {k}", "pid": pid, "tid": tid, "ts": us(v["bp"]),
-                       "dur": span(v["bp"], v["end"]),
+                       "dur": dur(v["bp"], v["end"]),
                        "args": {"Iteration ID": k, "BP End": us(v["bp"]), "Iteration End": us(v["end"]),
                                 "Iteration Refresh(us)": span(v["bp"], v["end"])},
                        "cat": "Iteration Refresh", "ph": "X"})
@@ -87,7 +91,7 @@ def render_json(ctx: ExportContext) -> str:
                        "args": {"name": f"Reduce (Model ID:{it.model_id})"}, "ph": "M"})
     for j, (start, end) in enumerate(v["reduces"]):
         events.append({"name": f"Reduce_{k}_{j}", "pid": pid, "tid": reduce_tid, "ts": us(start),
-                       "dur": span(start, end),
+                       "dur": dur(start, end),
                        "args": {"Iteration ID": k, f"Reduce Start {j}": us(start),
                                 f"Reduce End {j}": us(end)},
                        "cat": "Reduce", "ph": "X"})
