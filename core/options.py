@@ -264,10 +264,7 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
                         "profiling alone; remove those keys or set them off)",
                         options["instr_profiling_freq"], True)]
     if error.validator in ("anyOf", "oneOf") and error.context:
-        # say what would be accepted: each alternative's requirement, joined with "or"
-        subs = [p.message for sub in error.context
-                for p in _explain(sub, schema, options) if p.path == path]
-        message = " or ".join(dict.fromkeys(subs)) or error.message
+        message = _alternatives(error, schema, options)
     elif error.validator == "required":
         missing = [k for k in error.validator_value if k not in error.instance]
         return [Problem(f"{path}.{k}", "is required here") for k in missing]
@@ -277,7 +274,8 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
         message = _enum_message(error.validator_value)
     elif error.validator == "const":
         message = f"must be {json.dumps(error.validator_value)}"
-    elif error.validator in ("pattern", "not") and str(key) in _HINTS:
+    elif ((error.validator == "pattern" and str(key) in _HINTS)
+          or (error.validator == "not" and key == "output")):  # output forbids characters
         message = _HINTS[str(key)]
     elif error.validator == "pattern":
         message = f"must match the pattern {error.validator_value}"
@@ -294,12 +292,37 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
     return [Problem(path, message, value, has)]
 
 
-def _type_message(kind: Any, instance: Any) -> str:
+def _alternatives(error: jsonschema.ValidationError, schema: Mapping[str, Any],
+                  options: Mapping[str, Any]) -> str:
+    """anyOf/oneOf: what each alternative accepts, as one "must be A or B" sentence."""
+    wanted: list[str] = []
+    for sub in error.context or []:
+        if sub.json_path != error.json_path:
+            continue  # a deeper failure inside one alternative says less than its own rule
+        if sub.validator == "type":
+            wanted.append(_type_words(sub.validator_value))
+        elif sub.validator in ("enum", "const"):
+            values = sub.validator_value if sub.validator == "enum" else [sub.validator_value]
+            wanted.append(" or ".join(json.dumps(v) for v in values))
+        else:
+            message = _explain(sub, schema, options)[0].message
+            if not message.startswith("must be "):
+                return error.message  # not expressible as one sentence: jsonschema's words
+            wanted.append(message.removeprefix("must be "))
+    return "must be " + " or ".join(dict.fromkeys(wanted)) if wanted else error.message
+
+
+def _type_words(kind: Any) -> str:
     kinds = kind if isinstance(kind, list) else [kind]
     words = {"string": "a string", "integer": "an integer", "object": "an object",
              "boolean": "true or false", "number": "a number", "array": "an array",
              "null": "null"}
-    message = "must be " + " or ".join(words.get(k, k) for k in kinds)
+    return " or ".join(words.get(k, k) for k in kinds)
+
+
+def _type_message(kind: Any, instance: Any) -> str:
+    kinds = kind if isinstance(kind, list) else [kind]
+    message = f"must be {_type_words(kind)}"
     if isinstance(instance, str) and {"integer", "number"} & set(kinds):
         message += " (a JSON number, without quotes)"
     elif isinstance(instance, bool) and "string" in kinds:
@@ -326,7 +349,8 @@ def _range_message(prop: Any, failed: Mapping[str, Any]) -> str:
         for name, is_open in (("maximum", False), ("exclusiveMaximum", True)):
             if name in part and (high is None or part[name] <= high):
                 high, high_open = part[name], is_open
-    kind = "an integer" if any(p.get("type") == "integer" for p in _parts(prop)) else "a number"
+    integer = any(p.get("type") == "integer" for p in [*_parts(prop), failed])
+    kind = "an integer" if integer else "a number"
     if low is not None and high is not None:
         return f"must be {kind} in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
     if low is not None:
