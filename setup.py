@@ -12,11 +12,12 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 PTH_NAME = "jobprof-autoload.pth"
-# Executed by site.py at every interpreter start.  It costs one environ lookup unless
-# PROFILING_MODE is set at all; only then is the tiny autoload module imported.
+# Executed by site.py at every interpreter start.  It costs one environ lookup; the tiny
+# autoload module is imported only when PROFILING_MODE is set to something other than an
+# obvious "off" (it then starts profiling for "true", or hints at a look-alike such as "True").
 PTH_LINE = (
-    "import os; os.environ.get('PROFILING_MODE') is not None "
-    "and __import__('jobprof._autoload')._autoload.run()\n"
+    "import os; (os.environ.get('PROFILING_MODE') or 'off').strip().lower() "
+    "not in ('off', 'false', '0', 'no') and __import__('jobprof._autoload')._autoload.run()\n"
 )
 
 

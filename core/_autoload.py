@@ -30,7 +30,8 @@ def run() -> None:
         except Exception as exc:  # the job comes first, whatever went wrong in here
             sys.stderr.write(f"jobprof: profiling disabled: internal error at start-up: {exc!r}\n")
         return
-    if mode.strip().lower() in ({"true"} | _LOOKALIKES) and "JOBPROF_HINTED" not in os.environ:
+    meant_true = mode is not None and mode.strip().lower() in ({"true"} | _LOOKALIKES)
+    if meant_true and "JOBPROF_HINTED" not in os.environ:
         os.environ["JOBPROF_HINTED"] = "1"  # child processes inherit it: one hint per job
         sys.stderr.write(
             f"jobprof: PROFILING_MODE={mode!r} does not enable profiling; "

@@ -11,6 +11,7 @@ import os
 import sys
 
 import jsonschema
+
 from jobprof import _state, options
 from jobprof.manager import PluginManager
 from jobprof.reporter import REPORTER
@@ -66,7 +67,7 @@ def start(environ: os._Environ | dict = os.environ) -> Session | None:
     manager = PluginManager()
     outcome, composed = prepare(manager, environ)
     for warning in outcome.warnings:
-        REPORTER.warning(warning)
+        REPORTER.once_per_job("warning", warning)
     if outcome.config is None:
         strict = environ.get(STRICT_ENV, "") not in ("", "0")
         consequence = ("exiting (JOBPROF_STRICT is set)" if strict
@@ -78,8 +79,8 @@ def start(environ: os._Environ | dict = os.environ) -> Session | None:
         return None
     missing = uncollected(outcome, composed)
     if missing:
-        REPORTER.warning(f"no installed plugin collects {', '.join(missing)}; "
-                         "those options are accepted and ignored")
+        REPORTER.once_per_job("warning", f"no installed plugin collects {', '.join(missing)}; "
+                              "those options are accepted and ignored")
     session = Session(outcome.config, manager, composed.owners)
     _state.SESSION = session
     atexit.register(session.finish, "exit")

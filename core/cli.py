@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from jobprof import __version__, bootstrap, export
+from tabulate import tabulate
+
+from jobprof import __version__, bootstrap, export, options
 from jobprof.manager import PluginManager
 from jobprof.profile import Profile, find_prof_dir
 from jobprof.reporter import Reporter
 from jobprof.types import Section
-from tabulate import tabulate
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,7 +58,10 @@ def _manager() -> tuple[PluginManager, Reporter]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     manager, _ = _manager()
-    outcome, composed = bootstrap.prepare(manager, os.environ, args.options)
+    text = args.options
+    if text is not None and not text.strip():
+        text = options.read_text({})[0]  # empty options mean msprof's default set, as in a job
+    outcome, composed = bootstrap.prepare(manager, os.environ, text)
     mode = os.environ.get("PROFILING_MODE")
     notes = list(outcome.warnings)
     if args.options is None and mode != "true":

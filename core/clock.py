@@ -20,7 +20,8 @@ class ClockAnchor:
     @classmethod
     def now(cls) -> ClockAnchor:
         before = time.monotonic_ns()
-        epoch = time.time_ns()
+        # whole microseconds, as start_info records it, so offline export converts identically
+        epoch = time.time_ns() // 1000 * 1000
         after = time.monotonic_ns()
         raw_clock = getattr(time, "CLOCK_MONOTONIC_RAW", None)
         raw = time.clock_gettime_ns(raw_clock) if raw_clock is not None else after

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+
 from jobprof import rawstore
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import atomic_write

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 import jsonschema
+
 from jobprof import schemas
 from jobprof.reporter import Problem
 from jobprof.types import Config

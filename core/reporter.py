@@ -81,16 +81,25 @@ class Reporter:
     def info(self, text: str) -> None:
         self._emit("", text)
 
+    def once_per_job(self, level: str, text: str) -> None:
+        """Emit unless a parent process of this job already did (children inherit the marker).
+
+        For start-up messages that every process of a job (torchrun and its workers) would
+        otherwise repeat, such as option problems and option warnings.
+        """
+        marker = "JOBPROF_REPORTED"
+        digest = format(zlib.crc32(f"{level}:{text}".encode()), "x")
+        said = os.environ.get(marker, "").split(",")
+        if digest in said:
+            return
+        os.environ[marker] = ",".join([*filter(None, said[-63:]), digest])
+        self._emit(level, text)
+
     def options_problems(self, problems: list[Problem], source: str, consequence: str) -> None:
         """Report every option problem at once, each on its own line with its JSON path."""
-        marker = "JOBPROF_REPORTED_OPTIONS"
-        digest = str(zlib.crc32("\n".join(p.render() for p in problems).encode()))
-        if os.environ.get(marker) == digest:
-            return  # a parent process of this job already said it
-        os.environ[marker] = digest
         count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
         body = "\n".join(f"  {p.render()}" for p in problems)
-        self._emit("error", f"{source}: {count}; {consequence}\n{body}")
+        self.once_per_job("error", f"{source}: {count}; {consequence}\n{body}")
 
 
 REPORTER = Reporter()

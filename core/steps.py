@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+
 from jobprof.types import Iteration
 
 PENDING_LIMIT = 16

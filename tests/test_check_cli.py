@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from conftest import clean_env, jobprof_cli
 from distributions import make_dist
 from jobprof import options

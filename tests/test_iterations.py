@@ -7,6 +7,7 @@ import json
 import shutil
 
 import pytest
+
 from jobprof.profile import Profile
 
 LOOPS = __import__("pathlib").Path(__file__).with_name("loops.py")

@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import jobprof.plugins.training_trace as training_trace
 import jsonschema
 import pytest
+
+import jobprof.plugins.training_trace as training_trace
 from conftest import Runner
 from distributions import make_dist
 from jobprof import options, schemas

@@ -3,6 +3,7 @@ data loading take known, injected times (sleeps), checked in the files a user re
 
 from __future__ import annotations
 
+import itertools
 import json
 import statistics
 from decimal import Decimal
@@ -118,7 +119,7 @@ def test_csv_follows_the_contract(single_process):
     assert first.splitlines()[0].split(",") == HEADER
     table = rows(device_dir)
     assert table[0]["Data Aug Bound(us)"] == "N/A"  # no previous iteration
-    for prev, row in zip(table, table[1:], strict=False):
+    for prev, row in itertools.pairwise(table):
         assert row["Model ID"] == "4294967295" and row["Device_id"] == "0"
         for key in STAMPS[:3]:
             assert row[key].endswith("\t"), key  # spreadsheets keep every digit
@@ -152,7 +153,7 @@ def test_timeline_json_events_nest(single_process):
             for start, end, _ in track_spans:  # everything inside the iteration
                 assert outer[0] - 0.002 <= start and end <= outer[1] + 0.002
             inner = sorted(s for s in track_spans if s is not outer)
-            for a, b in zip(inner, inner[1:], strict=False):  # siblings do not overlap
+            for a, b in itertools.pairwise(inner):  # siblings do not overlap
                 assert a[1] <= b[0] + 0.002
 
 
