@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 import pluggy
+
 from jobprof import hookspec
 from jobprof.reporter import REPORTER, Reporter
 from jobprof.types import PluginRecord, Section, WriterSpec
@@ -107,37 +108,44 @@ class PluginManager:
     def register(self, plugin: object, name: str) -> None:
         """Register one plugin object; a hook with no matching spec fails it (check_pending).
 
-        Raises ValueError with a readable reason when the plugin cannot be registered.
+        Raises ValueError with a one-line reason when the plugin cannot be registered (the
+        caller then fails it); nothing of it stays registered.
         """
-        self._records.setdefault(name, PluginRecord(name, "(local)", "", "active"))
+        if self.pm.has_plugin(name):
+            raise ValueError(f"a plugin named '{name}' is already registered")
+        if self.pm.get_name(plugin) is not None:
+            raise ValueError(f"the same object is already registered as '{self.pm.get_name(plugin)}'")
         try:
             self.pm.register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             raise ValueError(_validation_reason(exc)) from None
         try:
             self.pm.check_pending()
-            wrappers = [c.name for c in self.pm.get_hookcallers(plugin) or []
-                        for impl in c.get_hookimpls()
-                        if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper)]
-            if wrappers:
-                raise ValueError(f"hook wrappers are not supported: {', '.join(wrappers)}")
         except pluggy.PluginValidationError:
-            unknown = sorted({c.name for c in self.pm.get_hookcallers(plugin) or []
-                              if not c.has_spec()})
+            unknown = sorted({c.name for c in self.pm.get_hookcallers(plugin) or [] if not c.has_spec()})
             self.pm.unregister(name=name)
             raise ValueError(f"implements unknown hook(s): {_suggest(unknown)}") from None
-        except ValueError:
+        wrappers = sorted({c.name for c in self.pm.get_hookcallers(plugin) or []
+                           for impl in c.get_hookimpls()
+                           if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper)})
+        if wrappers:  # call() runs implementations one by one: a wrapper would never wrap
             self.pm.unregister(name=name)
-            raise
+            raise ValueError(f"hook wrappers are not supported: {', '.join(wrappers)}")
+        self._records.setdefault(name, PluginRecord(name, "(local)", "", "active"))
+        implemented = {c.name for c in self.pm.get_hookcallers(plugin) or []}
+        for hook in sorted(_HOOKS - implemented):
+            if callable(getattr(plugin, hook, None)):  # a forgotten @hookimpl: warn, keep the rest
+                self.reporter.warning(f"plugin '{name}': {hook} is not marked with @hookimpl "
+                                      "and is never called")
 
     def fail(self, name: str, error: str) -> None:
         """Disable a plugin for the rest of the process and say so once (idempotent)."""
         with self._lock:
+            if self.pm.has_plugin(name):
+                self.pm.unregister(name=name)
             record = self._records.get(name)
             if record is not None and record.status == "failed":
                 return  # the first error is the one reported
-            if self.pm.has_plugin(name):
-                self.pm.unregister(name=name)
             if record is not None:
                 self._records[name] = attrs.evolve(record, status="failed", error=error)
         self.reporter.warning(f"plugin '{name}' disabled: {error}")
@@ -198,6 +206,15 @@ class PluginManager:
         with self._lock:
             self._records[name] = attrs.evolve(self._records[name], **changes)
 
+    def is_active(self, name: str) -> bool:
+        """True while the plugin is loaded, not failed, and took part in this run."""
+        record = self._records.get(name)
+        return record is not None and record.status == "active" and name not in self.inactive
+
+    def stream_owner(self, stream: str) -> str | None:
+        """The plugin whose jobprof_iteration_end returned ``stream`` (None: not seen yet)."""
+        return self._streams.get(stream)
+
     def active(self) -> list[str]:
         return [n for n, r in self._records.items()
                 if r.status == "active" and n not in self.inactive]
@@ -213,7 +230,57 @@ def _check_schema(manager: PluginManager, plugin: str, result: Any) -> Mapping[s
         jsonschema.Draft202012Validator.check_schema(dict(result))
     except jsonschema.SchemaError as exc:
         raise ContractError(f"an invalid JSON Schema: {exc.message}") from None
+    dangling = _dangling_refs(result)
+    if dangling:  # jsonschema would only fail when the key is used, inside options.load
+        raise ContractError(f"a schema with $ref(s) that resolve to nothing: {', '.join(dangling)}")
     return result
+
+
+def _dangling_refs(fragment: Mapping[str, Any]) -> list[str]:
+    """``$ref``s of a fragment that do not resolve in the composed options schema."""
+    from jobprof import schemas
+
+    core = schemas.load("options")
+    merged = {**core, "$defs": {**core.get("$defs", {}), **dict(fragment.get("$defs", {}))},
+              "properties": {**core.get("properties", {}), **dict(fragment.get("properties", {}))}}
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(fragment)
+    out = []
+    for ref in refs:
+        pointer = ref[len(core.get("$id", "")):] if ref.startswith(core.get("$id", "#")) else ref
+        if not pointer.startswith("#") or _resolve(merged, pointer[1:]) is _MISSING:
+            out.append(ref)
+    return sorted(set(out))
+
+
+_MISSING = object()
+
+
+def _resolve(document: Any, pointer: str) -> Any:
+    """JSON Pointer (RFC 6901, URI-fragment form) lookup; _MISSING when it leads nowhere."""
+    from urllib.parse import unquote
+
+    node = document
+    for part in pointer.split("/")[1:] if pointer else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
 
 
 def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, list]:

@@ -1,0 +1,547 @@
+"""Third-party plugins, working and broken, found through real entry points in real jobs.
+
+Every plugin here is a test-local distribution (tests/distributions.py) put on PYTHONPATH of a
+profiled child process, so discovery, loading and the hook lifecycle are exactly those of a
+pip-installed plugin.  Two jobs are shared by the tests of this module: one with working
+plugins, one with a dozen plugins broken in every way we know; each test asserts one outcome.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, jobprof_cli
+from distributions import make_dist
+from jobprof.hookspec import hookimpl
+from jobprof.manager import PluginManager
+from jobprof.reporter import Reporter
+from jobprof.types import WriterSpec
+
+ITERATIONS = 5
+MODEL = 4294967295
+MARKER = "side_effect_imported"
+
+JOB = f"""
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range({ITERATIONS}):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).pow(2).mean().backward()
+    opt.step()
+print("training done")
+"""
+
+# -- working plugins -------------------------------------------------------------------------
+GOOD = """
+from jobprof.hookspec import hookimpl
+from jobprof.types import WriterSpec
+
+STREAM = "good"
+
+@hookimpl
+def jobprof_options_schema():
+    return {"properties": {"good_trace": {"$ref": "#/$defs/level", "default": "off"}}}
+
+@hookimpl
+def jobprof_configure(config):
+    return config.is_on("good_trace")
+
+@hookimpl
+def jobprof_session_start(session):
+    session.attach(STREAM, {"iterations": 0, "mode": session.config["good_trace"]})
+
+@hookimpl
+def jobprof_iteration_end(session, iteration):
+    state = session.attached(STREAM)
+    state["iterations"] += 1
+    return {STREAM: [{"iteration": iteration.index, "seen": state["iterations"],
+                      "mode": state["mode"]}]}
+
+@hookimpl
+def jobprof_session_end(session):
+    count = session.attached(STREAM)["iterations"]
+    session.reporter.info(f"good: session_end after {count} iterations")
+
+def render(ctx):
+    rows = "".join(f"{r['iteration']},{r['seen']},{r['mode']}\\n" for r in ctx.records(STREAM))
+    return "Iteration,Seen,Mode\\n" + rows
+
+@hookimpl
+def jobprof_writers(config):
+    return [WriterSpec("good_stats", "csv", render, "one row per iteration")]
+"""
+
+# implementations that accept fewer arguments than the hook offers (pluggy semantics)
+PARTIAL = """
+from jobprof.hookspec import hookimpl
+
+@hookimpl
+def jobprof_configure():
+    return True
+
+@hookimpl
+def jobprof_iteration_end(iteration):
+    return {"partial": [{"iteration": iteration.index}]}
+"""
+
+# a module with an import-time side effect: it must never be imported when disabled
+SIDE_EFFECT = f"""
+from pathlib import Path
+
+Path.cwd().joinpath({MARKER!r}).write_text("imported")
+
+from jobprof.hookspec import hookimpl
+
+@hookimpl
+def jobprof_options_schema():
+    return {{"properties": {{"side_key": {{"$ref": "#/$defs/switch", "default": "off"}}}}}}
+"""
+
+# -- broken plugins: (module name, source, reason expected on stderr) ------------------------
+BROKEN: dict[str, tuple[str, str]] = {
+    "import_error": ("import jobprof_no_such_module\n",
+                     "cannot import 'import_error': ModuleNotFoundError: "
+                     "No module named 'jobprof_no_such_module'"),
+    "exit_at_import": ("raise SystemExit(3)\n", "cannot import 'exit_at_import': SystemExit: 3"),
+    "misspelled": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_iteration_ends(session, iteration):
+            return {"misspelled": [{}]}
+        """, "implements unknown hook(s): jobprof_iteration_ends "
+             "(did you mean jobprof_iteration_end?)"),
+    "extra_arg": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_iteration_end(session, iteration, batch):
+            return {"extra_arg": [{}]}
+        """, "Argument(s) {'batch'} are declared in the hookimpl but can not be found"),
+    "iter_raises": ("""
+        from jobprof.hookspec import hookimpl
+        from jobprof.types import WriterSpec
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            if iteration.index == 2:
+                raise RuntimeError("sensor unplugged")
+            return {"iter_raises": [{"iteration": iteration.index}]}
+
+        def render(ctx):
+            return "Iteration\\n" + "".join(f"{r['iteration']}\\n" for r in ctx.records("iter_raises"))
+
+        @hookimpl
+        def jobprof_writers(config):
+            return [WriterSpec("iter_raises", "csv", render)]
+        """, "jobprof_iteration_end raised RuntimeError: sensor unplugged (iter_raises.py:"),
+    "start_raises": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_session_start(session):
+            raise KeyError("no such device")
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            return {"start_raises": [{"iteration": iteration.index}]}
+        """, "jobprof_session_start raised KeyError: 'no such device'"),
+    "render_raises": ("""
+        from jobprof.hookspec import hookimpl
+        from jobprof.types import WriterSpec
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            return {"render_raises": [{"iteration": iteration.index}]}
+
+        def render(ctx):  # a different message per iteration: still reported once
+            raise ValueError(f"cannot render iteration {ctx.iteration.index}")
+
+        @hookimpl
+        def jobprof_writers(config):
+            return [WriterSpec("render_raises", "csv", render)]
+        """, "writer 'render_raises' raised ValueError: cannot render iteration "),
+    "end_raises": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            return {"end_raises": [{"iteration": iteration.index}]}
+
+        @hookimpl
+        def jobprof_session_end(session):
+            raise OSError("cannot close")
+        """, "jobprof_session_end raised OSError: cannot close"),
+    "exits_in_hook": ("""
+        import sys
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            if iteration.index == 3:
+                sys.exit(5)
+            return {"exits_in_hook": [{"iteration": iteration.index}]}
+        """, "jobprof_iteration_end raised SystemExit: 5"),
+    "stream_thief": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            return {"training_trace": [{"stolen": True}]}
+        """, "jobprof_iteration_end returned stream 'training_trace', which belongs to "
+             "plugin 'training_trace'"),
+    "bad_schema": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_options_schema():
+            return {"properties": {"bad_key": {"type": "no-such-type"}}}
+        """, "jobprof_options_schema returned an invalid JSON Schema: "),
+    "dangling_ref": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_options_schema():
+            return {"$defs": {"celsius": {"type": "number"}},
+                    "properties": {"temp": {"$ref": "#/$defs/celsius"},
+                                   "mode": {"$ref": "#/$defs/switch"},
+                                   "bad_key": {"$ref": "#/$defs/nope"}}}
+        """, "jobprof_options_schema returned a schema with $ref(s) that resolve to nothing: "
+             "#/$defs/nope"),
+    "schema_not_mapping": ("""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_options_schema():
+            return ["bad_key"]
+        """, "jobprof_options_schema returned list, not a JSON Schema object"),
+}
+
+
+# not broken enough to fail: the plugin stays active, the forgotten decorator is reported
+UNDECORATED = """
+def jobprof_iteration_end(session, iteration):
+    return {"undecorated": [{"iteration": iteration.index}]}
+"""
+
+
+def dup_module(stream: str) -> str:
+    return f"""
+        from jobprof.hookspec import hookimpl
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            return {{{stream!r}: [{{"iteration": iteration.index}}]}}
+        """
+
+
+def build_dists(base: Path) -> dict[str, Path]:
+    """Every test-local distribution, one PYTHONPATH root each (for a fixed sys.path order)."""
+    return {
+        "good": make_dist(base / "good", "jobprof-good-plugin",
+                          {"good_plugin": GOOD, "partial_plugin": PARTIAL},
+                          {"good": "good_plugin", "partial": "partial_plugin"}, version="2.3.1"),
+        "side": make_dist(base / "side", "jobprof-side-effect", {"side_effect": SIDE_EFFECT},
+                          {"side_effect": "side_effect"}, version="0.4"),
+        "broken": make_dist(base / "broken", "jobprof-broken",
+                            {"undecorated": UNDECORATED,
+                             **{name: source for name, (source, _) in BROKEN.items()}},
+                            # zz_alias: a second entry point to a module already registered
+                            {**{name: name for name in BROKEN}, "zz_alias": "end_raises",
+                             "undecorated": "undecorated"},
+                            version="0.0.1"),
+        # two distributions claim "dup"; the second also claims the built-in's name
+        "dup_a": make_dist(base / "dup_a", "jobprof-dup-a", {"dup_a": dup_module("dup_a")},
+                           {"dup": "dup_a"}),
+        "dup_b": make_dist(base / "dup_b", "jobprof-dup-b", {"dup_b": dup_module("dup_b")},
+                           {"dup": "dup_b", "training_trace": "dup_b"}),
+    }
+
+
+def pythonpath(dists: dict[str, Path], *names: str) -> str:
+    return ":".join(str(dists[name]) for name in names)
+
+
+def raw_iterations(device: Path, stream: str) -> list[int]:
+    return sorted(int(p.name.split(".")[1]) for p in (device / "data").glob(f"{stream}.*.json"))
+
+
+def disabled_lines(stderr: str, name: str) -> list[str]:
+    return [line for line in stderr.splitlines() if f"plugin '{name}' disabled: " in line]
+
+
+# -- the two jobs ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def dists(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_dists(tmp_path_factory.mktemp("dists"))
+
+
+@pytest.fixture(scope="module")
+def good_job(dists: dict[str, Path],
+             tmp_path_factory: pytest.TempPathFactory) -> tuple[Runner, subprocess.CompletedProcess]:
+    runner = Runner(tmp_path_factory.mktemp("good_job"))
+    proc = runner.run(JOB, {"training_trace": "on", "good_trace": "l2"},
+                      env={"PYTHONPATH": pythonpath(dists, "good", "side"),
+                           "JOBPROF_DISABLE_PLUGINS": " side_effect , not_installed"})
+    return runner, proc
+
+
+@pytest.fixture(scope="module")
+def broken_job(dists: dict[str, Path],
+               tmp_path_factory: pytest.TempPathFactory) -> tuple[Runner, subprocess.CompletedProcess]:
+    runner = Runner(tmp_path_factory.mktemp("broken_job"))
+    proc = runner.run(JOB, {"training_trace": "on"},
+                      env={"PYTHONPATH": pythonpath(dists, "broken", "side", "dup_a", "dup_b")})
+    return runner, proc
+
+
+# -- a working third-party plugin ------------------------------------------------------------
+def test_good_plugin_gets_every_hook_and_writes_raw_and_exported_files(good_job):
+    runner, proc = good_job
+    assert "training done" in proc.stdout
+    device = runner.device_dir()
+    expected = list(range(1, ITERATIONS + 1))
+    for stream in ("iteration", "training_trace", "good"):
+        assert raw_iterations(device, stream) == expected, stream
+    for i in expected:
+        assert (device / "data" / f"good.{i:09d}.json").is_file()
+        raw = json.loads((device / "data" / f"good.{i:09d}.json").read_text())
+        # session_start ran first (state attached), iteration_end once per iteration, in order,
+        # and the configured value of the plugin's own option key reached it
+        assert raw == [{"iteration": i, "seen": i, "mode": "l2"}]
+        rows = list(csv.DictReader(io.StringIO(
+            (device / "summary" / f"good_stats_0_{MODEL}_{i}.csv").read_text())))
+        assert rows == [{"Iteration": str(i), "Seen": str(i), "Mode": "l2"}]
+        assert (device / "summary" / f"step_trace_0_{MODEL}_{i}.csv").is_file()
+        assert (device / "timeline" / f"step_trace_0_{MODEL}_{i}.json").is_file()
+    assert not (device / "summary" / f"good_stats_0_{MODEL}_{ITERATIONS + 1}.csv").exists()
+    # session_end ran after the last iteration; its message also lands in the metadata
+    assert f"jobprof: good: session_end after {ITERATIONS} iterations" in proc.stderr
+    info = json.loads((device / "info.json.0").read_text())["jobprof"]
+    assert f"jobprof: good: session_end after {ITERATIONS} iterations" in info["messages"]
+    assert info["options"]["good_trace"] == "l2"
+
+
+def test_partial_argument_implementations_are_called(good_job):
+    runner, proc = good_job
+    device = runner.device_dir()
+    assert raw_iterations(device, "partial") == list(range(1, ITERATIONS + 1))
+    assert json.loads((device / "data" / "partial.000000003.json").read_text()) == [{"iteration": 3}]
+    info = json.loads((device / "info.json.0").read_text())["jobprof"]
+    assert {"good", "partial", "training_trace"} <= set(info["plugins"])
+    assert "side_effect" not in info["plugins"]
+    assert "disabled" not in proc.stderr and "warning" not in proc.stderr
+
+
+def test_offline_export_renders_third_party_files(good_job, dists):
+    runner, _ = good_job
+    device = runner.device_dir()
+    produced = {p.name: p.read_text() for p in (device / "summary").glob("good_stats_*.csv")}
+    assert len(produced) == ITERATIONS
+    for name in produced:
+        (device / "summary" / name).unlink()
+    proc = jobprof_cli("export", str(device.parent))  # the plugin is not installed here
+    assert proc.returncode == 0, proc.stderr
+    assert not list((device / "summary").glob("good_stats_*.csv"))
+    proc = jobprof_cli("export", str(device.parent), env={"PYTHONPATH": str(dists["good"])})
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name: p.read_text() for p in (device / "summary").glob("good_stats_*.csv")} == produced
+
+
+# -- JOBPROF_DISABLE_PLUGINS -----------------------------------------------------------------
+def test_disabled_plugin_is_never_imported(good_job, broken_job):
+    good_runner, _ = good_job
+    broken_runner, _ = broken_job
+    assert not (good_runner.tmp / MARKER).exists()  # disabled: never imported
+    assert (broken_runner.tmp / MARKER).read_text() == "imported"  # control: not disabled
+
+
+# -- broken plugins never break the job ------------------------------------------------------
+def test_job_with_broken_plugins_runs_and_is_profiled(broken_job):
+    runner, proc = broken_job
+    assert proc.returncode == 0
+    assert "training done" in proc.stdout
+    device = runner.device_dir()
+    expected = list(range(1, ITERATIONS + 1))
+    assert raw_iterations(device, "iteration") == expected
+    for i in expected:
+        assert (device / "summary" / f"step_trace_0_{MODEL}_{i}.csv").is_file()
+        assert (device / "timeline" / f"step_trace_0_{MODEL}_{i}.json").is_file()
+    info = json.loads((device / "info.json.0").read_text())["jobprof"]
+    assert info["end_reason"] == "exit"
+    assert info["iterations_written"] == ITERATIONS
+    # of the test-local plugins only these survive; the built-in does too
+    local = set(BROKEN) | {"dup", "side_effect", "zz_alias", "undecorated"}
+    assert set(info["plugins"]) & local == {"dup", "side_effect", "undecorated"}
+    assert "training_trace" in info["plugins"]
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_plugin_is_named_once_with_its_reason(broken_job, name):
+    _, proc = broken_job
+    lines = disabled_lines(proc.stderr, name)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"jobprof: warning: plugin '{name}' disabled: ")
+    assert BROKEN[name][1] in lines[0]
+
+
+def test_failing_hooks_stop_their_plugin_only(broken_job):
+    runner, _ = broken_job
+    device = runner.device_dir()
+    assert raw_iterations(device, "iter_raises") == [1]  # raised at 2, never called again
+    assert raw_iterations(device, "exits_in_hook") == [1, 2]  # sys.exit at 3 was contained
+    assert raw_iterations(device, "start_raises") == []  # failed before the first iteration
+    assert raw_iterations(device, "end_raises") == list(range(1, ITERATIONS + 1))
+    assert not list((device / "summary").glob("render_raises_*"))
+    for never in ("misspelled", "extra_arg", "dup_b"):
+        assert raw_iterations(device, never) == []
+
+
+def test_stream_of_another_plugin_cannot_be_overwritten(broken_job):
+    runner, _ = broken_job
+    device = runner.device_dir()
+    assert raw_iterations(device, "training_trace") == list(range(1, ITERATIONS + 1))
+    for i in range(1, ITERATIONS + 1):
+        records = json.loads((device / "data" / f"training_trace.{i:09d}.json").read_text())
+        assert records and all("stolen" not in r for r in records)
+
+
+def test_duplicate_entry_point_names(broken_job):
+    runner, proc = broken_job
+    device = runner.device_dir()
+    # the first distribution on sys.path keeps "dup"; the built-in keeps "training_trace"
+    assert raw_iterations(device, "dup_a") == list(range(1, ITERATIONS + 1))
+    assert raw_iterations(device, "dup_b") == []
+    [dup] = disabled_lines(proc.stderr, "dup (jobprof-dup-b)")
+    assert "the name 'dup' is already taken by jobprof-dup-a 1.0" in dup
+    [builtin] = disabled_lines(proc.stderr, "training_trace (jobprof-dup-b)")
+    assert re.search(r"the name 'training_trace' is already taken by jobprof \d", builtin)
+
+
+def test_alias_of_a_registered_module_is_failed(broken_job):
+    _, proc = broken_job
+    [line] = disabled_lines(proc.stderr, "zz_alias")
+    assert line.endswith("the same object is already registered as 'end_raises'")
+
+
+def test_forgotten_hookimpl_decorator_is_reported(broken_job):
+    runner, proc = broken_job
+    assert ("jobprof: warning: plugin 'undecorated': jobprof_iteration_end is not marked with "
+            "@hookimpl and is never called") in proc.stderr.splitlines()
+    assert raw_iterations(runner.device_dir(), "undecorated") == []
+
+
+def test_invalid_schema_fragments_do_not_cost_the_options(broken_job):
+    runner, proc = broken_job
+    # the options were composed and validated without the two bad fragments
+    info = json.loads((runner.device_dir() / "info.json.0").read_text())["jobprof"]
+    assert info["options"]["training_trace"] == "on"
+    assert "bad_key" not in info["options"]
+    assert "internal error" not in proc.stderr
+
+
+@pytest.mark.xfail(strict=True, reason="export.render_iteration / Sink keep calling the writers "
+                   "of a plugin after it was disabled")
+def test_writers_of_a_failed_plugin_stop(broken_job):
+    runner, _ = broken_job
+    files = sorted((runner.device_dir() / "summary").glob("iter_raises_*.csv"))
+    assert [p.name for p in files] == [f"iter_raises_0_{MODEL}_1.csv"]
+
+
+# -- the manager itself (in-process, fast) ---------------------------------------------------
+def _manager() -> tuple[PluginManager, io.StringIO]:
+    stream = io.StringIO()
+    return PluginManager(Reporter(stream)), stream
+
+
+class _Configure:
+    @staticmethod
+    @hookimpl
+    def jobprof_configure(config: object) -> bool:
+        return True
+
+
+def test_fail_is_idempotent_and_keeps_the_first_error():
+    manager, stream = _manager()
+    manager.register(_Configure, "p")
+    manager.fail("p", "first")
+    manager.fail("p", "second")
+    assert manager.record("p").error == "first"
+    assert stream.getvalue() == "jobprof: warning: plugin 'p' disabled: first\n"
+    assert manager.call("jobprof_configure", config=None) == []
+
+
+def test_generator_results_are_listed_inside_the_isolation():
+    manager, stream = _manager()
+
+    class Lazy:
+        @staticmethod
+        @hookimpl
+        def jobprof_writers(config: object):
+            yield WriterSpec("lazy", "csv", lambda ctx: "")
+
+    class Exploding:
+        @staticmethod
+        @hookimpl
+        def jobprof_writers(config: object):
+            yield WriterSpec("boom", "csv", lambda ctx: "")
+            raise RuntimeError("late failure")
+
+    manager.register(Lazy, "lazy")
+    manager.register(Exploding, "exploding")
+    results = manager.call("jobprof_writers", config=None)
+    assert [(name, [s.name for s in specs]) for name, specs in results] == [("lazy", ["lazy"])]
+    assert "plugin 'exploding' disabled: jobprof_writers raised RuntimeError: late failure" \
+        in stream.getvalue()
+    assert manager.active() == ["lazy"]
+    assert manager.is_active("lazy") and not manager.is_active("exploding")
+
+
+def test_hook_wrappers_are_refused():
+    manager, _ = _manager()
+
+    class Wrapper:
+        @staticmethod
+        @hookimpl(wrapper=True)
+        def jobprof_configure(config: object):
+            return (yield)
+
+    with pytest.raises(ValueError, match="hook wrappers are not supported: jobprof_configure"):
+        manager.register(Wrapper, "wrapper")
+    assert not manager.pm.has_plugin("wrapper")
+    assert manager.record("wrapper") is None
+
+
+def test_streams_belong_to_the_first_plugin_that_returns_them():
+    manager, stream = _manager()
+
+    def plugin(streams: dict) -> type:
+        class P:
+            @staticmethod
+            @hookimpl
+            def jobprof_iteration_end(iteration: object) -> dict:
+                return streams
+
+        return P
+
+    manager.register(plugin({"temp": [1]}), "first")
+    manager.register(plugin({"temp": [2]}), "second")
+    manager.register(plugin({"iteration": []}), "core_thief")
+    manager.register(plugin({"Bad-Name": []}), "bad_name")
+    manager.register(plugin({"ok": "not a list"}), "not_list")
+    assert manager.call("jobprof_iteration_end", iteration=None) == [("first", {"temp": [1]})]
+    assert manager.stream_owner("temp") == "first"
+    assert manager.active() == ["first"]
+    for name in ("second", "core_thief", "bad_name", "not_list"):
+        assert f"plugin '{name}' disabled: jobprof_iteration_end returned " in stream.getvalue()
