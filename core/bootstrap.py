@@ -10,6 +10,7 @@ import atexit
 import os
 import sys
 
+import attrs
 import jsonschema
 
 from jobprof import _state, options
@@ -30,6 +31,12 @@ def prepare(manager: PluginManager, environ: os._Environ | dict = os.environ,
     if text is None:
         text, source = options.read_text(environ)
     outcome = options.load(text, composed, source)
+    unavailable = sorted(r.name for r in manager.records() if r.status != "active")
+    if unavailable:  # an unknown key may belong to a plugin that is not running here
+        outcome = attrs.evolve(outcome, problems=tuple(
+            attrs.evolve(p, message=f"{p.message} (plugins not loaded in this process: "
+                                    f"{', '.join(unavailable)}; the key may be theirs)")
+            if p.message.startswith("unknown option key") else p for p in outcome.problems))
     if outcome.config is not None:
         for name, active in manager.call("jobprof_configure", config=outcome.config):
             if active is False:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,25 @@ def raw_path(device_dir: Path, stream: str, index: int) -> Path:
     return device_dir / "data" / f"{stream}.{index:09d}.json"
 
 
-def write_iteration(device_dir: Path, index: int,
-                    streams: Mapping[str, list[Any]]) -> list[tuple[Path, int, str]]:
-    """Write every stream of one iteration; returns (path, bytes, stream) per file."""
+def write_iteration(device_dir: Path, index: int, streams: Mapping[str, list[Any]],
+                    on_bad_stream: Callable[[str, Exception], None] | None = None,
+                    ) -> list[tuple[Path, int, str]]:
+    """Write every stream of one iteration; returns (path, bytes, stream) per file.
+
+    A stream whose records are not JSON-serialisable is skipped and handed to
+    ``on_bad_stream`` (its plugin's fault, not the other streams'); OSError propagates.
+    """
     written = []
     for stream, records in streams.items():
+        try:
+            text = json.dumps(records, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            if on_bad_stream is None:
+                raise
+            on_bad_stream(stream, exc)
+            continue
         path = raw_path(device_dir, stream, index)
-        written.append((path, atomic_write(path, json.dumps(records, separators=(",", ":"))), stream))
+        written.append((path, atomic_write(path, text), stream))
     return written
 
 

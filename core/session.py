@@ -97,7 +97,7 @@ class Session:
                     streams.update(result)
                 else:
                     self.manager.fail(name, "jobprof_iteration_end must return {stream: [records]}")
-            self.sink.submit(iteration.index, streams)
+            self.sink.submit(iteration.index, streams, frozenset(self.manager.active()))
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
 
@@ -140,7 +140,7 @@ class Session:
             meta = export.DeviceMeta(self.device_id, self.pid, self.anchor, self.config)
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
-                             budget, self._plugin_error, self._stop)
+                             budget, self._plugin_error, self._stop, self.manager.stream_owner)
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False

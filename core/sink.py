@@ -29,8 +29,11 @@ class Sink:
     def __init__(self, device_dir: Path, meta: export.DeviceMeta,
                  writers: Iterable[tuple[str, WriterSpec]], budget: StorageBudget,
                  on_plugin_error: Callable[[str, str], None],
-                 on_fatal: Callable[[str], None]) -> None:
+                 on_fatal: Callable[[str], None],
+                 stream_owner: Callable[[str], str | None] = lambda stream: None) -> None:
         self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
+        self._stream_owner = stream_owner
+        self._render_failed: set[str] = set()
         self.budget = budget
         self._on_plugin_error, self._on_fatal = on_plugin_error, on_fatal
         self._queue: queue.Queue = queue.Queue(maxsize=MAX_IN_FLIGHT)
@@ -40,12 +43,16 @@ class Sink:
         self._thread = threading.Thread(target=self._run, name="jobprof-sink", daemon=True)
         self._thread.start()
 
-    def submit(self, index: int, streams: Mapping[str, list[Any]]) -> None:
-        """Called on the training thread: never blocks, never raises."""
+    def submit(self, index: int, streams: Mapping[str, list[Any]], active: frozenset[str]) -> None:
+        """Called on the training thread: never blocks, never raises.
+
+        ``active`` names the plugins alive when the iteration ended: only their writers render
+        it (a plugin that fails later still gets the iterations it finished).
+        """
         if self.failed:
             return
         try:
-            self._queue.put_nowait((index, streams))
+            self._queue.put_nowait((index, streams, active))
         except queue.Full:
             self.dropped += 1
 
@@ -55,6 +62,14 @@ class Sink:
             self._queue.put(_STOP)
             self._thread.join(timeout)
 
+    def _writer_failed(self, plugin: str, message: str) -> None:
+        self._render_failed.add(plugin)
+        self._on_plugin_error(plugin, message)
+
+    def _bad_stream(self, stream: str, exc: Exception) -> None:
+        owner = self._stream_owner(stream) or stream
+        self._on_plugin_error(owner, f"stream '{stream}' is not JSON-serialisable: {exc}")
+
     def _run(self) -> None:
         while True:
             item = self._queue.get()
@@ -62,12 +77,14 @@ class Sink:
                 return
             if self.failed:
                 continue
-            index, streams = item
+            index, streams, active = item
             try:
                 files: list[tuple[Path, int, str | None]] = []
-                files.extend(rawstore.write_iteration(self.device_dir, index, streams))
+                files.extend(rawstore.write_iteration(self.device_dir, index, streams, self._bad_stream))
+                writers = [(p, spec) for p, spec in self.writers
+                           if p in active and p not in self._render_failed]
                 files.extend(export.render_iteration(self.device_dir, self.meta, streams,
-                                                     self.writers, self._on_plugin_error))
+                                                     writers, self._writer_failed))
                 self.budget.add(index, files)
                 self.budget.enforce()
                 self.written += 1
