@@ -22,10 +22,11 @@ DEFAULT_INODE_SHARE = 0.1
 class StorageBudget:
     """Tracks what this process wrote, per iteration, and deletes the oldest when over budget."""
 
-    def __init__(self, root: Path, limit_bytes: int, max_files: int) -> None:
+    def __init__(self, root: Path, limit_bytes: int, max_files: int, block: int = 1) -> None:
         self.root = root
         self.limit_bytes = limit_bytes
         self.max_files = max_files
+        self.block = block  # small files cost whole filesystem blocks: count what the disk loses
         self._entries: OrderedDict[int, list[tuple[Path, int, str | None]]] = OrderedDict()
         self._newest: dict[str, int] = {}
         self.total_bytes = 0
@@ -39,10 +40,11 @@ class StorageBudget:
         limit = limit_mb * MB if limit_mb else max(200 * MB, int(free * DEFAULT_DISK_SHARE))
         inodes = stat.f_favail if stat.f_files else 0
         max_files = max(1000, int(inodes * DEFAULT_INODE_SHARE)) if inodes else 1 << 62
-        return cls(root, limit, max_files)
+        return cls(root, limit, max_files, max(1, stat.f_bsize))
 
     def add(self, index: int, files: list[tuple[Path, int, str | None]]) -> None:
         """Record the files of one iteration (``stream`` is None for exported files)."""
+        files = [(path, -(-size // self.block) * self.block, stream) for path, size, stream in files]
         self._entries.setdefault(index, []).extend(files)
         for _, size, stream in files:
             self.total_bytes += size

@@ -71,3 +71,10 @@ def test_default_budget_is_a_share_of_the_free_disk(tmp_path):
     budget = StorageBudget.for_device(tmp_path, None)
     assert budget.limit_bytes == max(200 * MB, int(free * 0.2))
     assert StorageBudget.for_device(tmp_path, 300).limit_bytes == 300 * MB
+
+
+def test_small_files_count_whole_blocks(tmp_path):
+    root = make_device(tmp_path)
+    budget = StorageBudget(root, 1 << 40, max_files=10**9, block=4096)
+    budget.add(1, write_iteration(root, 1, ("iteration",), 10))
+    assert budget.total_bytes == 2 * 4096
