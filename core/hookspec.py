@@ -42,8 +42,9 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def jobprof_options_schema() -> Mapping[str, Any] | None:
     """Return the JSON Schema fragment for the option keys this plugin reads.
 
-    Called once per process, right after plugins are loaded and before PROFILING_OPTIONS is
-    validated.  The fragment is a Draft 2020-12 object schema with ``properties`` (one entry
+    Called at start-up, right after plugins are loaded and before PROFILING_OPTIONS is
+    validated (again, if another plugin's fragment is rejected and the schema is recomposed).
+    The fragment is a Draft 2020-12 object schema with ``properties`` (one entry
     per key) and optionally ``allOf`` (cross-key rules).  A key the core already knows (the
     msprof keys) is refined, and the plugin is listed as the one collecting it; a new key is
     added.  Fragments may reference the core's ``#/$defs/switch`` (on/off/"") and
@@ -93,15 +94,21 @@ def jobprof_session_start(session: Session) -> None:
 def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str, list] | None:
     """Hand over the raw records collected during ``iteration``.
 
-    Called on the training thread right after each iteration ends (keep it cheap: no file I/O,
-    no formatting).  Return ``{stream_name: [record, ...]}`` with JSON-serialisable records;
-    the core stores them atomically under ``device_<id>/data/`` and passes them to writers.
+    Called once per finished iteration, in order, usually on the training thread right after
+    the iteration ends (keep it cheap: no file I/O, no formatting).  When iterations are found
+    from ``backward()`` or forward calls they are confirmed in bursts (up to 16 calls back to
+    back, or at exit from the atexit/SIGTERM path), so select records by the iteration's
+    ``start_ns``/``end_ns`` rather than taking "everything since the last call".  Return
+    ``{stream_name: [record, ...]}`` with JSON-serialisable records; the core stores them
+    atomically under ``device_<id>/data/`` and passes them to writers.  A stream belongs to the
+    first plugin that returns it.
 
     Example::
 
         @hookimpl
         def jobprof_iteration_end(session, iteration):
-            return {"gpu_temp": session.attached("gpu_temp").drain()}
+            sampler = session.attached("gpu_temp")
+            return {"gpu_temp": sampler.take_between(iteration.start_ns, iteration.end_ns)}
     """
 
 
@@ -110,6 +117,8 @@ def jobprof_session_end(session: Session) -> None:
     """Uninstall collectors.  Called once at exit, on SIGTERM or after an uncaught exception.
 
     Records of an unfinished iteration are dropped; every finished one was already handed over.
+    Also called on a plugin that fails mid-run, just before it is disabled, so its collectors
+    do not outlive it.
 
     Example::
 
@@ -125,7 +134,9 @@ def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
 
     Called by the exporter, in the profiled process and by ``jobprof export`` (then with the
     config recorded in ``info.json``), and by ``jobprof plugins`` with ``config=None`` (list
-    every file the plugin can write).  Return :class:`~jobprof.types.WriterSpec` objects.
+    every file the plugin can write).  Also called when the plugin's ``jobprof_configure``
+    returned False, and ``jobprof export`` never calls ``jobprof_configure``: check your own
+    option here.  Return :class:`~jobprof.types.WriterSpec` objects.
 
     Example::
 

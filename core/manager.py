@@ -62,6 +62,8 @@ class PluginManager:
         self._files: dict[tuple[str, str], str] = {}  # (writer name, extension) -> plugin
         self._lock = threading.RLock()  # fail() also runs on the sink thread
         self.inactive: set[str] = set()
+        #: set by the session: cleanup to run on a plugin object before it is unregistered
+        self.on_fail: Callable[[object], None] | None = None
 
     # -- loading ---------------------------------------------------------------------------
     def load_entry_points(self, environ: os._Environ | Mapping[str, str] = os.environ) -> None:
@@ -139,9 +141,19 @@ class PluginManager:
                                       "and is never called")
 
     def fail(self, name: str, error: str) -> None:
-        """Disable a plugin for the rest of the process and say so once (idempotent)."""
+        """Disable a plugin for the rest of the process and say so once (idempotent).
+
+        During a session, the plugin's own ``jobprof_session_end`` runs first (best effort), so
+        collectors it installed do not outlive it.
+        """
         with self._lock:
-            if self.pm.has_plugin(name):
+            plugin = self.pm.get_plugin(name)
+            if plugin is not None:
+                if self.on_fail is not None:
+                    try:
+                        self.on_fail(plugin)
+                    except BaseException:
+                        pass  # it already failed once; its cleanup may fail too
                 self.pm.unregister(name=name)
             record = self._records.get(name)
             if record is not None and record.status == "failed":

@@ -8,6 +8,7 @@ folders are created only when the first iteration ends.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -45,6 +46,7 @@ class Session:
         self._attached: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._previous_sigterm: Any = None
+        manager.on_fail = self._end_failed_plugin
         os.register_at_fork(after_in_child=self._forked)
 
     # -- plugin-facing API -----------------------------------------------------------------
@@ -183,6 +185,13 @@ class Session:
             })
             write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))
         write_with_done(device_dir / f"info.json.{dev}", json.dumps(info))
+
+    def _end_failed_plugin(self, plugin: Any) -> None:
+        """A plugin failed mid-run: let it uninstall its collectors (best effort)."""
+        end = getattr(plugin, "jobprof_session_end", None)
+        if self.state == "collecting" and callable(end):
+            wants_session = "session" in inspect.signature(end).parameters
+            end(session=self) if wants_session else end()
 
     def _plugin_error(self, plugin: str, message: str) -> None:
         self.manager.fail(plugin, message)

@@ -145,6 +145,11 @@ BROKEN: dict[str, tuple[str, str]] = {
         @hookimpl
         def jobprof_writers(config):
             return [WriterSpec("iter_raises", "csv", render)]
+
+        @hookimpl
+        def jobprof_session_end(session):  # runs when the plugin is disabled mid-run
+            import sys
+            sys.stderr.write(f"iter_raises: cleaned up (session {session.state})\\n")
         """, "jobprof_iteration_end raised RuntimeError: sensor unplugged (iter_raises.py:"),
     "start_raises": ("""
         from jobprof.hookspec import hookimpl
@@ -404,9 +409,11 @@ def test_broken_plugin_is_named_once_with_its_reason(broken_job, name):
 
 
 def test_failing_hooks_stop_their_plugin_only(broken_job):
-    runner, _ = broken_job
+    runner, proc = broken_job
     device = runner.device_dir()
     assert raw_iterations(device, "iter_raises") == [1]  # raised at 2, never called again
+    # its session_end ran once, when it was disabled (not again at exit)
+    assert proc.stderr.count("iter_raises: cleaned up (session collecting)") == 1
     assert raw_iterations(device, "exits_in_hook") == [1, 2]  # sys.exit at 3 was contained
     assert raw_iterations(device, "start_raises") == []  # failed before the first iteration
     assert raw_iterations(device, "end_raises") == list(range(1, ITERATIONS + 1))

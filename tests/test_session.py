@@ -269,3 +269,11 @@ def test_profiling_mode_off_installs_nothing(runner):
     assert proc.stdout.split() == ["False", "False"]
     proc = runner.run(body, {"training_trace": "on"}, mode=None)
     assert proc.stdout.split() == ["False", "False"]
+
+
+def test_profiling_on_imports_nothing_heavy_before_the_program_does(runner):
+    body = ("import sys\n"
+            "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
+            "print('jobprof.session' in sys.modules)\n")
+    proc = runner.run(body, {"training_trace": "on"})
+    assert proc.stdout.split("\n")[:2] == ["[]", "True"]  # the session waits for torch
