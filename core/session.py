@@ -73,10 +73,18 @@ class Session:
         """torch is imported: install the step detector and every plugin's collectors."""
         if self.state != "waiting" or os.getpid() != self.pid:
             return
-        self.detector = StepDetector(self.on_iteration)
-        if _main_calls_step():
-            self.detector.expect_explicit = True  # explicit marks win from the first iteration
-        self.detector.install()
+        try:
+            self.detector = StepDetector(self.on_iteration)
+            if _main_calls_step():
+                self.detector.expect_explicit = True  # explicit marks win from the first iteration
+            self.detector.install()
+        except Exception as exc:  # e.g. a torch without the hooks we use: run unprofiled
+            self.state = "stopped"
+            self.reporter.error(f"cannot install the step detector on torch {torch.__version__}: "
+                                f"{exc!r}; the job runs unprofiled")
+            if self.detector is not None:
+                self.detector.uninstall()
+            return
         self.state = "collecting"
         self.manager.call("jobprof_session_start", only_active=True, session=self)
         self._install_sigterm()
@@ -120,7 +128,12 @@ class Session:
             self.manager.call("jobprof_session_end", only_active=True, session=self)
             if self.sink is not None:
                 self.sink.close()
-                self._write_metadata(reason)
+                try:
+                    if not self.sink.failed:
+                        self._write_metadata(reason)
+                except OSError as exc:
+                    self.reporter.error(f"cannot write end_info in {self.device_dir}: "
+                                        f"{exc.strerror or exc}")
                 if self.sink.dropped:
                     self.reporter.warning(f"{self.sink.dropped} iteration(s) dropped: the disk "
                                           "could not keep up with the job")

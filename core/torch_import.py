@@ -41,7 +41,10 @@ class _Watcher(importlib.abc.MetaPathFinder):
     def fire(self, module: ModuleType) -> None:
         if self in sys.meta_path:
             sys.meta_path.remove(self)
-        self.callback(module)
+        try:
+            self.callback(module)
+        except Exception as exc:  # never break the program's own `import torch`
+            sys.stderr.write(f"jobprof: error: profiling disabled after importing {self.name}: {exc!r}\n")
 
 
 class _Loader(importlib.abc.Loader):
