@@ -1,0 +1,118 @@
+"""jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
+
+    python bench/run.py [--quick] [--only startup|steps] [--json out.json]
+
+Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
+the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
+not measure (a child run failed, the .pth is not installed, ...).  See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from typing import Any
+
+import startup  # bench/ is sys.path[0] when run as a script
+import steps
+from common import HarnessError, cpu_snapshot, foreign_share
+from tabulate import tabulate
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "executable": sys.executable,
+            "platform": platform.platform(), "cpus": os.cpu_count(),
+            "torch": _version("torch"), "jobprof": _version("jobprof")}
+
+
+FOREIGN_WARN = 0.10
+
+
+@contextmanager
+def measured() -> Iterator[dict[str, Any]]:
+    """Collects a benchmark's result with its duration and the CPU share of other processes."""
+    result: dict[str, Any] = {}
+    began, before = time.perf_counter(), cpu_snapshot()
+    yield result
+    result["elapsed_s"] = time.perf_counter() - began
+    result["foreign_cpu_share"] = foreign_share(before, cpu_snapshot())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
+    parser.add_argument("--only", choices=["startup", "steps"], help="run one benchmark")
+    parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
+    parser.add_argument("--startup-repeats", type=int,
+                        help="starts per case (default 40, quick 20, at least 20)")
+    parser.add_argument("--step-repeats", type=int, help="run pairs (default 7, quick 3)")
+    parser.add_argument("--steps", type=int, default=steps.STEPS, help="steps per example run")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers of the example")
+    parser.add_argument("--steps-options", type=json.loads, metavar="JSON",
+                        help="PROFILING_OPTIONS of the profiled arm, without output (to locate "
+                        f"an overhead; default {json.dumps(steps.OPTIONS)})")
+    args = parser.parse_args(argv)
+
+    report: dict[str, Any] = {"machine": machine(), "mode": "quick" if args.quick else "full"}
+    table: list[dict[str, Any]] = []
+    notes: list[str] = []
+    try:
+        if args.only in (None, "startup"):
+            n = args.startup_repeats or (20 if args.quick else 40)
+            with measured() as result:
+                result.update(startup.run(max(n, 20)))  # fewer than 20: no median worth having
+            report["startup"] = result
+            table += startup.rows(result)
+            notes += [f"startup: verified: {c}" for c in result["checks"]]
+        if args.only in (None, "steps"):
+            n = max(args.step_repeats or (3 if args.quick else 7), 2)  # a spread needs two
+            with measured() as result:
+                result.update(steps.run(n, steps=args.steps, workers=args.workers,
+                                        options=args.steps_options))
+            report["steps"] = result
+            table += steps.rows(result)
+            notes.append(f"steps: every profiled run profiled ({args.steps} steps each): raw "
+                         f"iterations per run {result['raw_iterations_per_run']}, step_trace "
+                         f"csv {result['step_trace_csv_per_run']}, "
+                         f"json {result['step_trace_json_per_run']}")
+            notes += [f"steps: profiled stderr: {s}" for s in result["profiled_stderr"]]
+    except HarnessError as exc:
+        print(f"bench: harness failure: {exc}", file=sys.stderr)
+        return 2
+    for name in ("startup", "steps"):
+        share = report.get(name, {}).get("foreign_cpu_share")
+        if share is not None:
+            # interleaving cancels slow drift, not a machine kept busy by other work
+            warn = "WARNING: " if share > FOREIGN_WARN else ""
+            notes.append(f"{warn}{name}: other processes used {share:.0%} of the machine's CPU "
+                         f"time meanwhile{'; treat its figures as rough' if warn else ''}")
+
+    print(tabulate(table, headers="keys", tablefmt="github"))
+    for note in notes:
+        print(f"- {note}")
+    print("- figures are medians of interleaved A/B runs on this machine; "
+          "pass/FAIL compares them with the targets and never changes the exit code")
+    if args.json:
+        report["table"] = table
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=1)
+        print(f"- raw numbers: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
