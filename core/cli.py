@@ -133,7 +133,10 @@ def cmd_export(args: argparse.Namespace) -> int:
         return 1
     status = 0
     for device_dir in devices:
-        result = export.export_device(device_dir, manager, _progress(device_dir.name))
+        show = _progress(device_dir.name)
+        result = export.export_device(device_dir, manager, show)
+        if show is not None:
+            sys.stderr.write("\r\033[K")
         finished = any(device_dir.glob("end_info.*"))
         print(f"{device_dir}: {result.iterations} iteration(s), {result.files} file(s)"
               + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
@@ -169,10 +172,10 @@ def _progress(label: str) -> Any:
     if not sys.stderr.isatty():
         return None
 
-    def show(done: int, total: int) -> None:
-        end = "\n" if done == total else ""
-        sys.stderr.write(f"\r{label}: {done}/{total} iterations{end}")
-        sys.stderr.flush()
+    def show(done: int) -> None:
+        if done % 50 == 0:
+            sys.stderr.write(f"\r{label}: {done} iterations exported")
+            sys.stderr.flush()
 
     return show
 

@@ -76,7 +76,7 @@ class ExportResult:
 
 
 def export_device(device_dir: Path, manager: PluginManager,
-                  progress: Callable[[int, int], None] | None = None) -> ExportResult:
+                  progress: Callable[[int], None] | None = None) -> ExportResult:
     """Re-render every iteration whose raw data is present in one device folder."""
     try:
         meta = read_meta(device_dir)
@@ -86,19 +86,14 @@ def export_device(device_dir: Path, manager: PluginManager,
         (device_dir / sub).mkdir(exist_ok=True)
     writers = writers_for(manager, meta.config)
     problems: list[str] = []
-    index = rawstore.iterations(device_dir)
-    files = 0
-    for done, (number, raw) in enumerate(index.items(), 1):
-        try:
-            streams = rawstore.load(raw)
-        except (OSError, ValueError) as exc:
-            problems.append(f"{device_dir.name} iteration {number}: unreadable raw data ({exc})")
-            continue
+    files = iterations = 0
+    for _, streams in rawstore.read(device_dir):
+        iterations += 1
         files += len(render_iteration(device_dir, meta, streams, writers,
                                       lambda p, m: problems.append(f"plugin '{p}': {m}")))
         if progress:
-            progress(done, len(index))
-    return ExportResult(device_dir, len(index), files, tuple(problems))
+            progress(iterations)
+    return ExportResult(device_dir, iterations, files, tuple(problems))
 
 
 def device_dirs(prof_dir: Path) -> list[Path]:

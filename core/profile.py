@@ -27,7 +27,6 @@ class Profile:
     def __init__(self, path: Path) -> None:
         self.path = find_prof_dir(Path(path))
         self._devices = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
-        self._index = {dev: rawstore.iterations(d) for dev, d in self._devices.items()}
 
     @property
     def devices(self) -> list[int]:
@@ -48,7 +47,6 @@ class Profile:
     def records(self, stream: str, device: int | None = None) -> Iterator[dict[str, Any]]:
         """Every raw record of ``stream``, tagged with ``_device`` and ``_iteration``."""
         for dev in [device] if device is not None else self.devices:
-            for index, files in self._index.get(dev, {}).items():
-                if stream in files:
-                    for record in json.loads(files[stream].read_text()):
-                        yield {**record, "_device": dev, "_iteration": index}
+            for index, streams in rawstore.read(self._devices[dev]):
+                for record in streams.get(stream, ()):
+                    yield {**record, "_device": dev, "_iteration": index}

@@ -134,9 +134,9 @@ class Session:
                 except OSError as exc:
                     self.reporter.error(f"cannot write end_info in {self.device_dir}: "
                                         f"{exc.strerror or exc}")
-                if self.sink.dropped:
-                    self.reporter.warning(f"{self.sink.dropped} iteration(s) dropped: the disk "
-                                          "could not keep up with the job")
+                if self.sink.deferred:
+                    self.reporter.warning(f"{self.sink.deferred} iteration(s) were not rendered in the "
+                                          f"job (raw data kept): run `jobprof export {self.job_dir}`")
 
     # -- internals -------------------------------------------------------------------------
     def _go_live(self) -> bool:
@@ -192,8 +192,10 @@ class Session:
             info["jobprof"].update({
                 "end_reason": end_reason,
                 "iterations_written": sink.written if sink else 0,
-                "iterations_dropped": sink.dropped if sink else 0,
-                "iterations_aged": sink.budget.aged_iterations if sink else 0,
+                "iterations_exported": sink.exported if sink else 0,
+                "iterations_deferred": sink.deferred if sink else 0,
+                "export_seconds": round(sink.export_seconds, 3) if sink else 0,
+                "segments_aged": sink.budget.aged_units if sink else 0,
                 "messages": list(self.reporter.messages),
             })
             write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))

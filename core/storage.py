@@ -1,15 +1,18 @@
-"""storage_limit: ages a device's raw data and per-iteration files, oldest iteration first.
+"""storage_limit: ages a device's raw data and per-iteration files, oldest first.
 
 Follows msprof (contract section 6): when this device's files would exceed the limit minus
-20 MB, or the disk has less than 20 MB free, the oldest iterations' files are deleted first.
-Metadata files are never tracked here, so never deleted, and the newest file of each raw
-stream is kept.  jobprof also bounds the file count (inodes), since it writes files per
-iteration.  Without storage_limit the budget is a share of the free disk (see README).
+20 MB, or the disk has less than 20 MB free, the oldest data is deleted first.  The unit of
+ageing is one raw segment (up to 100 iterations) together with the files exported from its
+iterations.  Metadata files are never tracked here, so never deleted, and the newest segment
+(the newest raw file of every stream) always stays.  jobprof also bounds the file count
+(inodes), since it writes files per iteration.  Without storage_limit the budget is a share
+of the free disk (see README).  Thread-safe: the training thread and the exporter both add.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections import OrderedDict
 from pathlib import Path
 
@@ -20,18 +23,18 @@ DEFAULT_INODE_SHARE = 0.1
 
 
 class StorageBudget:
-    """Tracks what this process wrote, per iteration, and deletes the oldest when over budget."""
+    """Tracks what this process wrote, per unit, and deletes the oldest units when over budget."""
 
     def __init__(self, root: Path, limit_bytes: int, max_files: int, block: int = 1) -> None:
         self.root = root
         self.limit_bytes = limit_bytes
         self.max_files = max_files
         self.block = block  # small files cost whole filesystem blocks: count what the disk loses
-        self._entries: OrderedDict[int, list[tuple[Path, int, str | None]]] = OrderedDict()
-        self._newest: dict[str, int] = {}
+        self._units: OrderedDict[int, dict[Path, int]] = OrderedDict()
+        self._lock = threading.Lock()
         self.total_bytes = 0
         self.total_files = 0
-        self.aged_iterations = 0
+        self.aged_units = 0
 
     @classmethod
     def for_device(cls, root: Path, limit_mb: int | None) -> StorageBudget:
@@ -42,15 +45,30 @@ class StorageBudget:
         max_files = max(1000, int(inodes * DEFAULT_INODE_SHARE)) if inodes else 1 << 62
         return cls(root, limit, max_files, max(1, stat.f_bsize))
 
-    def add(self, index: int, files: list[tuple[Path, int, str | None]]) -> None:
-        """Record the files of one iteration (``stream`` is None for exported files)."""
-        files = [(path, -(-size // self.block) * self.block, stream) for path, size, stream in files]
-        self._entries.setdefault(index, []).extend(files)
-        for _, size, stream in files:
-            self.total_bytes += size
-            self.total_files += 1
-            if stream is not None:
-                self._newest[stream] = max(index, self._newest.get(stream, index))
+    def _blocks(self, size: int) -> int:
+        return -(-size // self.block) * self.block
+
+    def account(self, unit: int, path: Path, size: int) -> bool:
+        """Record that ``path`` (belonging to ``unit``) now has ``size`` bytes.
+
+        Returns False, and records nothing, when the unit was already aged away.
+        """
+        with self._lock:
+            files = self._units.get(unit)
+            if files is None:
+                if self._units and unit < next(iter(self._units)):
+                    return False  # older than everything kept: it was aged
+                files = self._units.setdefault(unit, {})
+            before = files.get(path)
+            if before is None:
+                self.total_files += 1
+            self.total_bytes += self._blocks(size) - self._blocks(before or 0)
+            files[path] = size
+            return True
+
+    def alive(self, unit: int) -> bool:
+        with self._lock:
+            return unit in self._units
 
     def over(self) -> bool:
         return (
@@ -60,21 +78,20 @@ class StorageBudget:
         )
 
     def enforce(self) -> int:
-        """Delete the oldest iterations until within budget; return how many were aged."""
+        """Delete the oldest units until within budget (never the newest); return how many."""
         aged = 0
-        while len(self._entries) > 1 and self.over():
-            index, files = self._entries.popitem(last=False)
-            for path, size, stream in files:
-                if stream is not None and self._newest.get(stream) == index:
-                    continue  # the newest file of each stream survives
-                try:
-                    path.unlink()
-                except FileNotFoundError:
-                    pass
-                self.total_bytes -= size
-                self.total_files -= 1
-            aged += 1
-        self.aged_iterations += aged
+        with self._lock:
+            while len(self._units) > 1 and self.over():
+                _, files = self._units.popitem(last=False)
+                for path, size in files.items():
+                    try:
+                        path.unlink()
+                    except FileNotFoundError:
+                        pass
+                    self.total_bytes -= self._blocks(size)
+                    self.total_files -= 1
+                aged += 1
+            self.aged_units += aged
         return aged
 
 

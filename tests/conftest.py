@@ -79,3 +79,15 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def raw(device_dir: Path) -> dict[int, dict[str, list]]:
+    """Every iteration's raw streams on disk: ``{iteration: {stream: records}}``."""
+    from jobprof import rawstore
+
+    return dict(rawstore.read(device_dir))
+
+
+def raw_iterations(device_dir: Path, stream: str = "iteration") -> list[int]:
+    """Iterations whose raw line holds ``stream``."""
+    return [i for i, streams in raw(device_dir).items() if stream in streams]

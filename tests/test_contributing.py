@@ -20,6 +20,7 @@ import pytest
 
 from conftest import REPO, Runner, jobprof_cli, read_csv
 from distributions import make_dist
+from jobprof import rawstore
 from jobprof.clock import ClockAnchor
 from jobprof.types import STEP_MODE_MODEL_ID
 
@@ -143,9 +144,9 @@ def test_example_plugin_profiles_a_real_training_loop(job, example):
     assert example["plugin"] in info["plugins"]
     assert info["options"]["gc_trace"] == "on"
     anchor = ClockAnchor.from_info(json.loads((device / "start_info.0").read_text()))
+    raw = dict(rawstore.read(device))
     for i in range(1, STEPS + 1):
-        [it] = json.loads((device / "data" / f"iteration.{i:09d}.json").read_text())
-        records = json.loads((device / "data" / f"gc.{i:09d}.json").read_text())
+        [it], records = raw[i]["iteration"], raw[i]["gc"]
         assert records, f"iteration {i}: gc.collect(0) ran in it, but no collection was recorded"
         for r in records:
             assert set(r) == {"start_ns", "end_ns", "generation", "collected"}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Runner, jobprof_cli
+from conftest import Runner, jobprof_cli, raw, raw_iterations
 from distributions import make_dist
 from jobprof.hookspec import hookimpl
 from jobprof.manager import PluginManager
@@ -285,10 +285,6 @@ def pythonpath(dists: dict[str, Path], *names: str) -> str:
     return ":".join(str(dists[name]) for name in names)
 
 
-def raw_iterations(device: Path, stream: str) -> list[int]:
-    return sorted(int(p.name.split(".")[1]) for p in (device / "data").glob(f"{stream}.*.json"))
-
-
 def disabled_lines(stderr: str, name: str) -> list[str]:
     return [line for line in stderr.splitlines() if f"plugin '{name}' disabled: " in line]
 
@@ -327,11 +323,10 @@ def test_good_plugin_gets_every_hook_and_writes_raw_and_exported_files(good_job)
     for stream in ("iteration", "training_trace", "good"):
         assert raw_iterations(device, stream) == expected, stream
     for i in expected:
-        assert (device / "data" / f"good.{i:09d}.json").is_file()
-        raw = json.loads((device / "data" / f"good.{i:09d}.json").read_text())
+        records = raw(device)[i]["good"]
         # session_start ran first (state attached), iteration_end once per iteration, in order,
         # and the configured value of the plugin's own option key reached it
-        assert raw == [{"iteration": i, "seen": i, "mode": "l2"}]
+        assert records == [{"iteration": i, "seen": i, "mode": "l2"}]
         rows = list(csv.DictReader(io.StringIO(
             (device / "summary" / f"good_stats_0_{MODEL}_{i}.csv").read_text())))
         assert rows == [{"Iteration": str(i), "Seen": str(i), "Mode": "l2"}]
@@ -349,7 +344,7 @@ def test_partial_argument_implementations_are_called(good_job):
     runner, proc = good_job
     device = runner.device_dir()
     assert raw_iterations(device, "partial") == list(range(1, ITERATIONS + 1))
-    assert json.loads((device / "data" / "partial.000000003.json").read_text()) == [{"iteration": 3}]
+    assert raw(device)[3]["partial"] == [{"iteration": 3}]
     info = json.loads((device / "info.json.0").read_text())["jobprof"]
     assert {"good", "partial", "training_trace"} <= set(info["plugins"])
     assert "side_effect" not in info["plugins"]
@@ -427,7 +422,7 @@ def test_stream_of_another_plugin_cannot_be_overwritten(broken_job):
     device = runner.device_dir()
     assert raw_iterations(device, "training_trace") == list(range(1, ITERATIONS + 1))
     for i in range(1, ITERATIONS + 1):
-        records = json.loads((device / "data" / f"training_trace.{i:09d}.json").read_text())
+        records = raw(device)[i]["training_trace"]
         assert records and all("stolen" not in r for r in records)
 
 

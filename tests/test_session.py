@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import clean_env, jobprof_cli
+from conftest import clean_env, jobprof_cli, raw_iterations
 
 TRAIN = """
 import os, sys, time
@@ -183,7 +183,7 @@ def test_sigterm_exports_every_finished_iteration(runner):
     proc.wait(60)
     assert proc.returncode == -signal.SIGTERM  # the job still dies of SIGTERM, as it would
     device = runner.device_dir()
-    raw = sorted(int(p.name.split(".")[1]) for p in (device / "data").glob("iteration.*.json"))
+    raw = raw_iterations(device)
     assert len(raw) >= 6 and raw == list(range(1, len(raw) + 1))
     assert exported(device) == {"summary/.csv": raw, "timeline/.json": raw}
     info = json.loads((device / "info.json.0").read_text())
@@ -206,7 +206,7 @@ def test_sigkill_leaves_raw_data_that_export_renders(runner):
     proc.wait(30)
     device = runner.device_dir()
     assert not (device / "end_info.0").exists()
-    raw = sorted(int(p.name.split(".")[1]) for p in (device / "data").glob("iteration.*.json"))
+    raw = raw_iterations(device)
     assert raw[:8] == list(range(1, 9))
     for folder in ("timeline", "summary"):  # wipe what the job exported before it died
         for path in (device / folder).iterdir():

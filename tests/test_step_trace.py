@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import read_csv
+from conftest import raw, read_csv
 
 # Injected durations (ms) and the stated tolerance: a measured phase is at least the injected
 # time minus 1 ms (clock granularity) and at most the injected time plus TOLERANCE_MS (sleep
@@ -181,7 +181,7 @@ def test_fp_and_bp_points_name_modules(tmp_path):
     bound = statistics.median(ms(r["Data Aug Bound(us)"]) for r in later)
     assert within(fp_bp, BWD), fp_bp
     assert within(bound, ITEM * BATCH + FWD), bound
-    records = json.loads((runner.device_dir() / "data" / "training_trace.000000003.json").read_text())
+    records = raw(runner.device_dir())[3]["training_trace"]
     assert records[0]["fp_source"] == "fp_point" and records[0]["bp_source"] == "bp_point"
 
 

@@ -1,4 +1,4 @@
-"""storage_limit ageing on real files: oldest iterations first, newest of each stream kept."""
+"""storage_limit ageing on real files: oldest segments first, the newest always kept."""
 
 from __future__ import annotations
 
@@ -9,60 +9,75 @@ from jobprof import rawstore
 from jobprof.storage import MB, RESERVE, StorageBudget
 
 
-def write_iteration(root: Path, index: int, streams: tuple[str, ...], size: int) -> list:
-    files = rawstore.write_iteration(root, index, {s: ["x" * size] for s in streams})
-    exported = root / "summary" / f"step_trace_0_4294967295_{index}.csv"
-    exported.write_text("y" * size)
-    return [*files, (exported, size, None)]
+class Device:
+    """A device folder written the way the sink writes it: raw lines plus exported files."""
+
+    def __init__(self, root: Path, budget: StorageBudget) -> None:
+        for sub in ("data", "summary"):
+            (root / sub).mkdir(exist_ok=True)
+        (root / "info.json.0").write_text("{}")  # metadata: never tracked, never aged
+        self.root, self.budget = root, budget
+        self.raw = rawstore.RawWriter(root)
+        self.unit = 0
+
+    def iteration(self, index: int, size: int) -> None:
+        where = self.raw.append(index, {"iteration": [{"index": index}], "blob": ["x" * size]})
+        if where.new_segment:
+            self.unit = index
+        self.budget.account(self.unit, where.segment, where.offset + where.length)
+        exported = self.root / "summary" / f"step_trace_0_4294967295_{index}.csv"
+        exported.write_text("y" * size)
+        self.budget.account(self.unit, exported, size)
+        self.budget.enforce()
+
+    def exported(self) -> list[int]:
+        return sorted(int(p.stem.rsplit("_", 1)[1]) for p in (self.root / "summary").iterdir())
 
 
-def make_device(tmp_path: Path) -> Path:
-    for sub in ("data", "summary"):
-        (tmp_path / sub).mkdir()
-    (tmp_path / "info.json.0").write_text("{}")  # metadata: never tracked, never aged
-    return tmp_path
-
-
-def test_oldest_iterations_go_first(tmp_path):
-    root = make_device(tmp_path)
-    size = 100_000
-    # room for about 5 iterations of (2 raw + 1 exported) files above the 20 MB reserve
-    budget = StorageBudget(root, RESERVE + 5 * 3 * (size + 10), max_files=10**9)
-    for index in range(1, 21):
-        budget.add(index, write_iteration(root, index, ("iteration", "training_trace"), size))
-        budget.enforce()
-    kept = sorted(int(p.stem.rsplit("_", 1)[1]) for p in (root / "summary").iterdir())
-    assert kept == list(range(16, 21))
-    raw = sorted(p.name for p in (root / "data").iterdir())
-    assert raw[0] == "iteration.000000016.json"
-    assert budget.aged_iterations == 15
+def test_oldest_segments_go_first_and_the_newest_stays(tmp_path):
+    size = 2000  # per iteration: ~2 KB raw + 2 KB exported; a segment holds 100 iterations
+    budget = StorageBudget(tmp_path, RESERVE + 3 * 100 * 2 * (size + 100), max_files=10**9)
+    device = Device(tmp_path, budget)
+    for index in range(1, 1001):
+        device.iteration(index, size)
+    kept = device.exported()
+    # whole segments age: what is left starts at a segment boundary and ends with the newest
+    assert kept == list(range(kept[0], 1001)) and (kept[0] - 1) % 100 == 0 and kept[0] > 1
+    segments = [p.name for p in rawstore.segments(tmp_path)]
+    assert segments[-1] == "raw.000000901.jsonl"
+    assert [i for i, _ in rawstore.read(tmp_path)] == kept  # raw and exported age together
     assert budget.total_bytes <= budget.limit_bytes - RESERVE
-    assert (root / "info.json.0").exists()
+    assert budget.aged_units == len(range(1, kept[0], 100))
+    assert (tmp_path / "info.json.0").exists()
 
 
-def test_newest_file_of_each_stream_survives(tmp_path):
-    root = make_device(tmp_path)
-    size = 100_000
-    budget = StorageBudget(root, RESERVE + 4 * 3 * (size + 10), max_files=10**9)
-    # a stream that wrote only once, in iteration 1, must keep that file
-    budget.add(1, write_iteration(root, 1, ("iteration", "rare"), size))
-    for index in range(2, 15):
-        budget.add(index, write_iteration(root, index, ("iteration",), size))
-        budget.enforce()
-    assert (root / "data" / "rare.000000001.json").exists()
-    assert not (root / "data" / "iteration.000000001.json").exists()
+def test_a_late_file_of_an_aged_segment_is_refused(tmp_path):
+    budget = StorageBudget(tmp_path, RESERVE + 1, max_files=10**9)
+    device = Device(tmp_path, budget)
+    for index in range(1, 202):
+        device.iteration(index, 10)
+    assert not budget.alive(1) and budget.alive(201)
+    assert budget.account(1, tmp_path / "summary" / "late.csv", 10) is False
 
 
 def test_file_count_is_bounded_too(tmp_path):
-    """A long job must not fill the inode table: the file budget ages iterations as well."""
-    root = make_device(tmp_path)
-    budget = StorageBudget(root, 1 << 40, max_files=30)
-    for index in range(1, 101):
-        budget.add(index, write_iteration(root, index, ("iteration", "training_trace"), 10))
-        budget.enforce()
-    files = [p for sub in ("data", "summary") for p in (root / sub).iterdir()]
-    assert len(files) <= 30 and budget.total_files == len(files)
-    assert (root / "summary" / "step_trace_0_4294967295_100.csv").exists()
+    """A long job must not fill the inode table: the file budget ages segments as well."""
+    budget = StorageBudget(tmp_path, 1 << 40, max_files=150)
+    device = Device(tmp_path, budget)
+    for index in range(1, 1001):
+        device.iteration(index, 10)
+    files = [p for sub in ("data", "summary") for p in (tmp_path / sub).iterdir()]
+    assert len(files) <= 150 and budget.total_files == len(files)
+    assert 1000 in device.exported()
+
+
+def test_small_files_count_whole_blocks(tmp_path):
+    budget = StorageBudget(tmp_path, 1 << 40, max_files=10**9, block=4096)
+    device = Device(tmp_path, budget)
+    device.iteration(1, 10)
+    assert budget.total_bytes == 2 * 4096  # one raw segment, one exported file
+    device.iteration(2, 10)  # the segment grows within its block; one more exported file
+    assert budget.total_bytes == 3 * 4096
 
 
 def test_default_budget_is_a_share_of_the_free_disk(tmp_path):
@@ -73,8 +88,12 @@ def test_default_budget_is_a_share_of_the_free_disk(tmp_path):
     assert StorageBudget.for_device(tmp_path, 300).limit_bytes == 300 * MB
 
 
-def test_small_files_count_whole_blocks(tmp_path):
-    root = make_device(tmp_path)
-    budget = StorageBudget(root, 1 << 40, max_files=10**9, block=4096)
-    budget.add(1, write_iteration(root, 1, ("iteration",), 10))
-    assert budget.total_bytes == 2 * 4096
+def test_raw_reader_skips_a_torn_last_line(tmp_path):
+    (tmp_path / "data").mkdir()
+    writer = rawstore.RawWriter(tmp_path)
+    writer.append(1, {"iteration": [{"index": 1}]})
+    writer.append(2, {"iteration": [{"index": 2}]})
+    writer.close()
+    with open(rawstore.segments(tmp_path)[0], "ab") as handle:
+        handle.write(b'{"index":3,"streams":{"iterat')  # a power loss mid-line
+    assert [i for i, _ in rawstore.read(tmp_path)] == [1, 2]
