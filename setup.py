@@ -13,11 +13,13 @@ from setuptools.command.editable_wheel import editable_wheel
 
 PTH_NAME = "jobprof-autoload.pth"
 # Executed by site.py at every interpreter start.  It costs one environ lookup; the tiny
-# autoload module is imported only when PROFILING_MODE is set to something other than an
-# obvious "off" (it then starts profiling for "true", or hints at a look-alike such as "True").
+# autoload module is imported only when PROFILING_MODE is "true" or a look-alike of it
+# (the module starts profiling for exactly "true" and prints a hint for "True", "1", ...).
+# Keep the set in sync with jobprof._autoload.LOOKALIKES (a test checks it).
 PTH_LINE = (
-    "import os; (os.environ.get('PROFILING_MODE') or 'off').strip().lower() "
-    "not in ('off', 'false', '0', 'no') and __import__('jobprof._autoload')._autoload.run()\n"
+    "import os; (os.environ.get('PROFILING_MODE') or '').strip().lower() in "
+    "('true', '1', 'yes', 'on', 'y', 't', 'enable', 'enabled') "
+    "and __import__('jobprof._autoload')._autoload.run()\n"
 )
 
 

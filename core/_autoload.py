@@ -1,7 +1,8 @@
 """Run from ``jobprof-autoload.pth`` at interpreter start when PROFILING_MODE is set.
 
-Cheap by design: the .pth line only imports this module when the variable exists, and this
-module imports nothing beyond ``os``/``sys`` unless the value is exactly ``true``.
+Cheap by design: the .pth line imports this module only when the value is ``true`` or a
+look-alike of it (``True``, ``1``, ...), and this module imports nothing beyond ``os``/``sys``
+unless the value is exactly ``true``.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 import os
 import sys
 
-_LOOKALIKES = {"1", "yes", "on", "y", "t", "enable", "enabled"}
+#: values that look like an attempt to switch profiling on (the .pth line lists them too)
+LOOKALIKES = ("true", "1", "yes", "on", "y", "t", "enable", "enabled")
 _done = False
 
 
@@ -30,7 +32,7 @@ def run() -> None:
         except Exception as exc:  # the job comes first, whatever went wrong in here
             sys.stderr.write(f"jobprof: profiling disabled: internal error at start-up: {exc!r}\n")
         return
-    meant_true = mode is not None and mode.strip().lower() in ({"true"} | _LOOKALIKES)
+    meant_true = mode is not None and mode.strip().lower() in LOOKALIKES
     if meant_true and "JOBPROF_HINTED" not in os.environ:
         os.environ["JOBPROF_HINTED"] = "1"  # child processes inherit it: one hint per job
         sys.stderr.write(

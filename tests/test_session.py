@@ -277,3 +277,21 @@ def test_profiling_on_imports_nothing_heavy_before_the_program_does(runner):
             "print('jobprof.session' in sys.modules)\n")
     proc = runner.run(body, {"training_trace": "on"})
     assert proc.stdout.split("\n")[:2] == ["[]", "True"]  # the session waits for torch
+
+
+def test_pth_line_and_autoload_agree_on_lookalikes():
+    import site
+
+    from jobprof._autoload import LOOKALIKES
+
+    from pathlib import Path
+
+    [pth] = [p for d in site.getsitepackages() if (p := Path(d, "jobprof-autoload.pth")).exists()]
+    line = pth.read_text()
+    assert all(f"'{value}'" in line for value in LOOKALIKES)
+
+
+@pytest.mark.parametrize("mode", ["false", "0", "off", "disabled", ""])
+def test_off_values_import_nothing(runner, mode):
+    body = "import sys\nprint('jobprof' in sys.modules)\n"
+    assert runner.run(body, {"training_trace": "on"}, mode=mode).stdout.strip() == "False"
