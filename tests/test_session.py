@@ -281,10 +281,9 @@ def test_profiling_on_imports_nothing_heavy_before_the_program_does(runner):
 
 def test_pth_line_and_autoload_agree_on_lookalikes():
     import site
+    from pathlib import Path
 
     from jobprof._autoload import LOOKALIKES
-
-    from pathlib import Path
 
     [pth] = [p for d in site.getsitepackages() if (p := Path(d, "jobprof-autoload.pth")).exists()]
     line = pth.read_text()
