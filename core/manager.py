@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
@@ -62,6 +62,8 @@ class PluginManager:
         self._files: dict[tuple[str, str], str] = {}  # (writer name, extension) -> plugin
         self._lock = threading.RLock()  # fail() also runs on the sink thread
         self.inactive: set[str] = set()
+        self._valid_streams: set[tuple[str, tuple]] = set()  # (plugin, stream names) checked
+        self._impl_cache: dict[tuple[str, bool, int], list[tuple[str, Callable, tuple]]] = {}
         #: set by the session: cleanup to run on a plugin object before it is unregistered
         self.on_fail: Callable[[object], None] | None = None
 
@@ -113,6 +115,7 @@ class PluginManager:
         Raises ValueError with a one-line reason when the plugin cannot be registered (the
         caller then fails it); nothing of it stays registered.
         """
+        self._impl_cache.clear()
         if self.pm.has_plugin(name):
             raise ValueError(f"a plugin named '{name}' is already registered")
         if self.pm.get_name(plugin) is not None:
@@ -155,6 +158,7 @@ class PluginManager:
                     except BaseException:
                         pass  # it already failed once; its cleanup may fail too
                 self.pm.unregister(name=name)
+                self._impl_cache.clear()
             record = self._records.get(name)
             if record is not None and record.status == "failed":
                 return  # the first error is the one reported
@@ -163,12 +167,18 @@ class PluginManager:
         self.reporter.warning(f"plugin '{name}' disabled: {error}")
 
     # -- calling ---------------------------------------------------------------------------
-    def _impls(self, hook_name: str, only_active: bool) -> Iterator[tuple[str, Callable, tuple]]:
-        caller = getattr(self.pm.hook, hook_name)
-        for impl in reversed(caller.get_hookimpls()):  # pluggy's own calling order
-            if only_active and impl.plugin_name in self.inactive:
-                continue
-            yield impl.plugin_name, impl.function, impl.argnames
+    def _impls(self, hook_name: str, only_active: bool) -> list[tuple[str, Callable, tuple]]:
+        # cached: jobprof_iteration_end goes through here on the training thread every step;
+        # registering or failing a plugin, or changing `inactive`, gives a new key / clears it
+        key = (hook_name, only_active, len(self.inactive))
+        impls = self._impl_cache.get(key)
+        if impls is None:
+            caller = getattr(self.pm.hook, hook_name)
+            impls = [(impl.plugin_name, impl.function, impl.argnames)
+                     for impl in reversed(caller.get_hookimpls())  # pluggy's own calling order
+                     if not (only_active and impl.plugin_name in self.inactive)]
+            self._impl_cache[key] = impls
+        return impls
 
     def call(self, hook_name: str, only_active: bool = False,
              **kwargs: Any) -> list[tuple[str, Any]]:
@@ -180,7 +190,7 @@ class PluginManager:
         if hook_name not in _HOOKS:
             raise AttributeError(f"no hook named {hook_name!r}")
         returned = []
-        for name, function, argnames in list(self._impls(hook_name, only_active)):
+        for name, function, argnames in self._impls(hook_name, only_active):
             args = {arg: kwargs[arg] for arg in argnames}  # a KeyError here is a core bug
             try:
                 returned.append((name, function(**args)))
@@ -189,7 +199,9 @@ class PluginManager:
         check = CHECKS.get(hook_name)
         checked: dict[int, Any] = {}
         # validate built-ins first, then in load order: the first plugin claims a stream/file
-        for i in sorted(range(len(returned)), key=lambda i: self._priority(returned[i][0])):
+        order = range(len(returned)) if len(returned) < 2 else \
+            sorted(range(len(returned)), key=lambda i: self._priority(returned[i][0]))
+        for i in order:
             name, result = returned[i]
             if result is None or not self.pm.has_plugin(name):
                 continue
@@ -298,6 +310,9 @@ def _resolve(document: Any, pointer: str) -> Any:
 def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, list]:
     if not isinstance(result, Mapping):
         raise ContractError(f"{type(result).__name__}, not {{stream: [records]}}")
+    known = (plugin, tuple(result))  # per step on the training thread: skip what passed before
+    if known in manager._valid_streams and all(type(r) is list for r in result.values()):
+        return result
     with manager._lock:
         for stream, records in result.items():
             if not isinstance(stream, str) or not _STREAM_RE.match(stream) or stream == CORE_STREAM:
@@ -308,6 +323,7 @@ def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[
             owner = manager._streams.setdefault(stream, plugin)
             if owner != plugin:
                 raise ContractError(f"stream '{stream}', which belongs to plugin '{owner}'")
+        manager._valid_streams.add(known)
     return result
 
 

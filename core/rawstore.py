@@ -2,12 +2,12 @@
 
 Each line is ``{"index": <iteration>, "streams": {"iteration": [...], "<stream>": [...]}}``:
 the core's own stream ``iteration`` holds the :class:`~jobprof.types.Iteration` record, each
-plugin's records go under the streams it names.  A line is written with a single ``write()``
-on an ``O_APPEND`` descriptor, on the training thread, right when the iteration ends: once
-the call returns, the iteration survives any crash of the process (SIGKILL included).  That
-costs one small syscall per iteration instead of a file (open, write, rename) per stream,
-which is what keeps the step tier cheap.  A line torn by a power loss or a full disk is
-skipped by readers.  Segments ``raw.<first iteration:09d>.jsonl`` hold up to
+plugin's records go under the streams it names.  Lines are appended with ``write()`` on an
+``O_APPEND`` descriptor (the sink batches them, see ``jobprof.sink``): once the call returns,
+those iterations survive any crash of the process, SIGKILL included.  That costs one small
+syscall per batch instead of a file (open, write, rename) per stream and iteration, which is
+what keeps the step tier cheap.  A line torn by a power loss or a full disk is skipped by
+readers.  Segments ``raw.<first iteration:09d>.jsonl`` hold up to
 ``SEGMENT_ITERATIONS`` iterations, so storage ageing can delete whole, old segments.
 """
 
@@ -47,32 +47,69 @@ class RawWriter:
         self.segment: Path | None = None
         self._count = 0
         self._size = 0
+        self._fresh = False
+
+    def append_many(self, batch: list[tuple[int, Mapping[str, list[Any]]]],
+                    on_bad_stream: Callable[[str, Exception], None] | None = None) -> list[Written]:
+        """Append several iterations; lines sharing a segment go out in one ``write()``."""
+        out: list[Written] = []
+        pending: list[tuple[int, bytes]] = []
+        for index, streams in batch:
+            if self._fd is None or self._count + len(pending) >= SEGMENT_ITERATIONS \
+                    or self._size >= SEGMENT_BYTES:
+                out.extend(self._write(pending))
+                pending = []
+                self._rotate(index)
+                self._fresh = True
+            pending.append((index, self._encode(index, streams, on_bad_stream)))
+        out.extend(self._write(pending))
+        return out
+
+    def _write(self, lines: list[tuple[int, bytes]]) -> list[Written]:
+        if not lines:
+            return []
+        blob = b"".join(line for _, line in lines)
+        written = os.write(self._fd, blob)
+        if written != len(blob):  # a short write to a regular file means the disk is full
+            raise OSError(28, f"short write ({written} of {len(blob)} bytes)")
+        self._check_alive()
+        out, offset = [], self._size
+        for _, line in lines:
+            out.append(Written(self.segment, offset, len(line), self._fresh))
+            self._fresh = False
+            offset += len(line)
+        self._count += len(lines)
+        self._size += written
+        return out
+
+    def _check_alive(self) -> None:
+        if os.fstat(self._fd).st_nlink == 0:  # writes into a deleted file would vanish
+            raise OSError(2, f"{self.segment} was deleted while the job ran")
+
+    def _encode(self, index: int, streams: Mapping[str, list[Any]],
+                on_bad_stream: Callable[[str, Exception], None] | None) -> bytes:
+        try:  # the common case: one encode for the whole line
+            body = json.dumps(streams, separators=(",", ":"))
+        except (TypeError, ValueError):
+            if on_bad_stream is None:
+                raise
+            body = "{" + ",".join(self._encodable(streams, on_bad_stream)) + "}"
+        return f'{{"index":{index},"streams":{body}}}\n'.encode()
 
     def append(self, index: int, streams: Mapping[str, list[Any]],
                on_bad_stream: Callable[[str, Exception], None] | None = None) -> Written:
         """Write one iteration.  A stream that is not JSON-serialisable is left out and handed
         to ``on_bad_stream`` (its plugin's fault, not the other streams'); OSError propagates."""
-        parts = []
+        return self.append_many([(index, streams)], on_bad_stream)[0]
+
+    @staticmethod
+    def _encodable(streams: Mapping[str, list[Any]],
+                   on_bad_stream: Callable[[str, Exception], None]) -> Iterator[str]:
         for stream, records in streams.items():
             try:
-                parts.append(f"{json.dumps(stream)}:{json.dumps(records, separators=(',', ':'))}")
+                yield f"{json.dumps(stream)}:{json.dumps(records, separators=(',', ':'))}"
             except (TypeError, ValueError) as exc:
-                if on_bad_stream is None:
-                    raise
                 on_bad_stream(stream, exc)
-        blob = f'{{"index":{index},"streams":{{{",".join(parts)}}}}}\n'.encode()
-        new = self._fd is None or self._count >= SEGMENT_ITERATIONS or self._size >= SEGMENT_BYTES
-        if new:
-            self._rotate(index)
-        offset = self._size
-        written = os.write(self._fd, blob)
-        if written != len(blob):  # a short write to a regular file means the disk is full
-            raise OSError(28, f"short write ({written} of {len(blob)} bytes)")
-        if os.fstat(self._fd).st_nlink == 0:  # writes into a deleted file would vanish
-            raise OSError(2, f"{self.segment} was deleted while the job ran")
-        self._count += 1
-        self._size += written
-        return Written(self.segment, offset, written, new)
 
     def _rotate(self, index: int) -> None:
         self.close()

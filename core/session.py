@@ -215,6 +215,8 @@ class Session:
         if self.state == "collecting":
             self.state = "stopped"
             self.reporter.error(f"collection stopped: {message}; the job continues unprofiled")
+        elif self.state == "finished":  # the last flush, at exit, found the problem
+            self.reporter.error(f"collection stopped: {message}; the last iterations were not saved")
 
     def _forked(self) -> None:
         self.state = "inert"  # the child must never act as a second copy of this session

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -20,6 +21,7 @@ MB = 1024 * 1024
 RESERVE = 20 * MB
 DEFAULT_DISK_SHARE = 0.2
 DEFAULT_INODE_SHARE = 0.1
+FREE_CHECK_S = 0.5
 
 
 class StorageBudget:
@@ -35,6 +37,7 @@ class StorageBudget:
         self.total_bytes = 0
         self.total_files = 0
         self.aged_units = 0
+        self._free_checked, self._free = -FREE_CHECK_S, 0
 
     @classmethod
     def for_device(cls, root: Path, limit_mb: int | None) -> StorageBudget:
@@ -74,8 +77,15 @@ class StorageBudget:
         return (
             self.total_bytes > self.limit_bytes - RESERVE
             or self.total_files > self.max_files
-            or _free_bytes(self.root) < RESERVE
+            or self._free_bytes() < RESERVE
         )
+
+    def _free_bytes(self) -> int:
+        """Free disk space, read at most every FREE_CHECK_S (statvfs on every step adds up)."""
+        now = time.monotonic()
+        if now >= self._free_checked + FREE_CHECK_S:
+            self._free_checked, self._free = now, _free_bytes(self.root)
+        return self._free
 
     def enforce(self) -> int:
         """Delete the oldest units until within budget (never the newest); return how many."""
