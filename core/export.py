@@ -39,8 +39,8 @@ def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str
 
 def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, list[Any]],
                      writers: Iterable[tuple[str, WriterSpec]],
-                     on_error: Callable[[str, str], None]) -> list[tuple[Path, int, None]]:
-    """Write every writer's file for one iteration; returns (path, bytes, None) per file."""
+                     on_error: Callable[[str, str], None]) -> list[tuple[Path, int]]:
+    """Write every writer's file for one iteration; returns (path, bytes) per file."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
     ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config)
     written = []
@@ -53,7 +53,7 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
         if text is None:
             continue
         path = device_dir / spec.folder / spec.filename(meta.device_id, iteration.model_id, iteration.index)
-        written.append((path, atomic_write(path, text), None))
+        written.append((path, atomic_write(path, text)))
     return written
 
 

@@ -139,7 +139,7 @@ class Sink:
             if streams is None:
                 return
             writers = [(p, spec) for p, spec in self.writers if p in active and p not in self._render_failed]
-            for path, size, _ in export.render_iteration(self.device_dir, self.meta, streams, writers,
+            for path, size in export.render_iteration(self.device_dir, self.meta, streams, writers,
                                                          self._writer_failed):
                 if not self.budget.account(unit, path, size):
                     path.unlink(missing_ok=True)  # its unit was aged while rendering

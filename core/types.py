@@ -68,10 +68,6 @@ class Iteration:
     skipped: bool = False
     model_id: int = STEP_MODE_MODEL_ID
 
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
     def to_record(self) -> dict[str, Any]:
         # spelled out: runs on the training thread every iteration (attrs.asdict is slower)
         return {"index": self.index, "start_ns": self.start_ns, "end_ns": self.end_ns,
