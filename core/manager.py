@@ -164,6 +164,7 @@ class PluginManager:
                 return  # the first error is the one reported
             if record is not None:
                 self._records[name] = attrs.evolve(record, status="failed", error=error)
+            self._impl_cache.clear()
         self.reporter.warning(f"plugin '{name}' disabled: {error}")
 
     # -- calling ---------------------------------------------------------------------------
@@ -229,6 +230,7 @@ class PluginManager:
     def update(self, name: str, **changes: Any) -> None:
         with self._lock:
             self._records[name] = attrs.evolve(self._records[name], **changes)
+            self._impl_cache.clear()
 
     def is_active(self, name: str) -> bool:
         """True while the plugin is loaded, not failed, and took part in this run."""
@@ -242,6 +244,14 @@ class PluginManager:
     def active(self) -> list[str]:
         return [n for n, r in self._records.items()
                 if r.status == "active" and n not in self.inactive]
+
+    def active_set(self) -> frozenset[str]:
+        """:meth:`active` as a frozenset, cached (asked for on every iteration)."""
+        key = ("<active>", False, len(self.inactive))
+        cached = self._impl_cache.get(key)
+        if cached is None:
+            cached = self._impl_cache[key] = frozenset(self.active())  # type: ignore[assignment]
+        return cached  # type: ignore[return-value]
 
 
 # -- result contracts ----------------------------------------------------------------------

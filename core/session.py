@@ -107,7 +107,7 @@ class Session:
                     streams.update(result)
                 else:
                     self.manager.fail(name, "jobprof_iteration_end must return {stream: [records]}")
-            self.sink.submit(iteration.index, streams, frozenset(self.manager.active()))
+            self.sink.submit(iteration.index, streams, self.manager.active_set())
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
 

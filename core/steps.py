@@ -70,6 +70,8 @@ class StepDetector:
         self._designated: Any = None  # weakref to the designated optimizer
         self.optimizer_steps = 0
         self.roots: weakref.WeakSet = weakref.WeakSet()
+        self._root_ids: set[int] = set()
+        self._grad_enabled: Callable[[], bool] = lambda: True
         self.root_listeners: list[Callable[[Any], None]] = []
         self._handles: list[Any] = []
         self._root_handles: list[Any] = []
@@ -81,6 +83,8 @@ class StepDetector:
         import torch
         from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim_mod
+
+        self._grad_enabled = torch.is_grad_enabled
 
         self._handles.append(nn_module.register_module_forward_pre_hook(self._global_pre))
         try:
@@ -164,11 +168,10 @@ class StepDetector:
 
     # -- events ----------------------------------------------------------------------------
     def on_forward_start(self, module: Any, ts: int) -> None:
-        import torch
-
-        grad = torch.is_grad_enabled()
+        grad = self._grad_enabled()
         with self._lock:
-            if module not in self.roots:
+            if id(module) not in self._root_ids:  # ids: cheaper than WeakSet lookups per step
+                self._root_ids.add(id(module))
                 self.roots.add(module)
                 for listener in self.root_listeners:
                     listener(module)

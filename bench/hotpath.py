@@ -1,0 +1,83 @@
+"""hotpath: what jobprof adds to the training thread per step, timed inside a profiled run.
+
+The A/B step benchmark compares whole runs; on a noisy 2-core VM its spread (±15%) hides a
+2% effect.  This one times jobprof's own callbacks on the training thread of one profiled run
+of the example (the iteration hand-over and the step detector's forward / backward /
+optimizer callbacks) with perf_counter_ns wrappers, and divides their sum per step by the
+median step.  It is a lower bound of the overhead: it cannot see the background thread's
+share of the GIL and CPU (capped by design at 1% duty for export plus one batched raw write
+every 0.1 s), nor the cost of PyTorch's slow path for the two hooked root modules.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from common import HarnessError, clean_env, timed_run
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "train_mlp.py"
+WARMUP_STEPS = 10
+
+# Runs inside the profiled child: wrap the callbacks, run the example, print the timings.
+_CHILD = r"""
+import atexit, json, runpy, sys, time
+from jobprof import session as S, steps as D
+timings = {}
+
+def wrap(owner, name):
+    original = getattr(owner, name)
+    def timed(*args, **kwargs):
+        start = time.perf_counter_ns()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            timings.setdefault(name, []).append(time.perf_counter_ns() - start)
+    setattr(owner, name, timed)
+
+wrap(S.Session, "on_iteration")
+for name in ("_global_pre", "_global_post", "_optimizer_post", "on_backward"):
+    wrap(D.StepDetector, name)
+atexit.register(lambda: print("HOTPATH " + json.dumps(timings), file=sys.stderr))
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run(steps: int, workers: int = 2) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="jobprof-hotpath-") as tmp:
+        work = Path(tmp)
+        child, times = work / "child.py", work / "steps.json"
+        child.write_text(_CHILD)
+        options = {"output": str(work / "prof"), "training_trace": "on", "task_trace": "off"}
+        env = clean_env({"PROFILING_MODE": "true", "PROFILING_OPTIONS": json.dumps(options)})
+        out = timed_run([sys.executable, str(child), str(EXAMPLE), "--steps", str(steps),
+                         "--workers", str(workers), "--timings", str(times)], env, cwd=tmp)
+        line = next((ln for ln in out.stderr.splitlines() if ln.startswith("HOTPATH ")), None)
+        if line is None or not times.exists():
+            raise HarnessError(f"hotpath child did not report: {out.stderr[-2000:]}")
+        timings = json.loads(line[len("HOTPATH "):])
+        step_s = statistics.median(json.loads(times.read_text())[WARMUP_STEPS:])
+    per_step_us = {name: sum(v) / 1000 / steps for name, v in timings.items()}
+    # on_iteration runs inside _optimizer_post (the optimizer step ends the iteration)
+    total_us = sum(us for name, us in per_step_us.items() if name != "on_iteration")
+    return {"steps": steps, "median_step_ms": step_s * 1000, "per_step_us": per_step_us,
+            "calls": {name: len(v) for name, v in timings.items()},
+            "median_call_us": {name: statistics.median(v) / 1000 for name, v in timings.items()},
+            "total_us_per_step": total_us, "share_of_step": total_us / (step_s * 1e6)}
+
+
+def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    parts = ", ".join(f"{name} {us:.0f} us" for name, us in sorted(result["per_step_us"].items())
+                      if name != "on_iteration")
+    parts += f" (of which on_iteration {result['per_step_us'].get('on_iteration', 0):.0f} us)"
+    share = result["share_of_step"]
+    return [{"benchmark": "hotpath: jobprof on the training thread, per step (training_trace)",
+             "baseline": f"{result['median_step_ms']:.2f} ms",
+             "profiled": f"+{result['total_us_per_step']:.0f} us",
+             "delta / ratio": f"{share:.2%} of a step", "spread": parts, "target": "<= 2%",
+             "result": "pass" if share <= 0.02 else "FAIL"}]
