@@ -24,14 +24,15 @@ import attrs
 import pluggy
 
 from jobprof import hookspec
+from jobprof.rawstore import ITERATION_STREAM
 from jobprof.reporter import REPORTER, Reporter
 from jobprof.types import PluginRecord, Section, WriterSpec
 
 GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
 BUILTIN_DIST = "jobprof"
-#: the core's own raw stream (rawstore.ITERATION_STREAM); no plugin may write it
-CORE_STREAM = "iteration"
+#: the core's own raw stream; no plugin may write it
+CORE_STREAM = ITERATION_STREAM
 _STREAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _HOOKS = frozenset(n for n in dir(hookspec) if n.startswith("jobprof_"))
 

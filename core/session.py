@@ -23,6 +23,7 @@ from jobprof import __version__, export, profdir
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import write_with_done
 from jobprof.manager import PluginManager
+from jobprof.rawstore import ITERATION_STREAM
 from jobprof.reporter import REPORTER, Reporter
 from jobprof.sink import Sink
 from jobprof.steps import StepDetector
@@ -100,13 +101,11 @@ class Session:
         try:
             if self.sink is None and not self._go_live():
                 return
-            streams: dict[str, list[Any]] = {"iteration": [iteration.to_record()]}
-            for name, result in self.manager.call("jobprof_iteration_end", only_active=True,
-                                                  session=self, iteration=iteration):
-                if isinstance(result, Mapping):
-                    streams.update(result)
-                else:
-                    self.manager.fail(name, "jobprof_iteration_end must return {stream: [records]}")
+            streams: dict[str, list[Any]] = {ITERATION_STREAM: [iteration.to_record()]}
+            # results arrive checked by the manager: {stream: [records]}, streams owned
+            for _, result in self.manager.call("jobprof_iteration_end", only_active=True,
+                                               session=self, iteration=iteration):
+                streams.update(result)
             self.sink.submit(iteration.index, streams, self.manager.active_set())
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
@@ -155,7 +154,7 @@ class Session:
             meta = export.DeviceMeta(self.device_id, self.pid, self.anchor, self.config)
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
-                             budget, self._plugin_error, self._stop, self.manager.stream_owner)
+                             budget, self.manager.fail, self._stop, self.manager.stream_owner)
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False
@@ -207,9 +206,6 @@ class Session:
         if self.state == "collecting" and callable(end):
             wants_session = "session" in inspect.signature(end).parameters
             end(session=self) if wants_session else end()
-
-    def _plugin_error(self, plugin: str, message: str) -> None:
-        self.manager.fail(plugin, message)
 
     def _stop(self, message: str) -> None:
         if self.state == "collecting":
