@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import attrs
 
-from jobprof import rawstore
+from jobprof import rawstore, timeline
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import atomic_write
 from jobprof.manager import PluginManager
@@ -30,11 +31,20 @@ class DeviceMeta:
     pid: int
     anchor: ClockAnchor
     config: Config | None
+    program: str = ""
+
+
+#: the name writers of the core itself are listed under (the master timeline)
+CORE = "jobprof"
 
 
 def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str, WriterSpec]]:
-    return [(plugin, spec) for plugin, specs in manager.call("jobprof_writers", config=config)
-            for spec in specs]
+    """Every plugin's writers, then the core's master timeline (built from every plugin)."""
+    specs = [(plugin, spec) for plugin, specs in manager.call("jobprof_writers", config=config)
+             for spec in specs]
+    master = WriterSpec(timeline.NAME, "json", partial(timeline.render_master, manager),
+                        "master timeline: the tracks of every plugin")
+    return [*specs, (CORE, master)]
 
 
 def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, list[Any]],
@@ -42,7 +52,8 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
                      on_error: Callable[[str, str], None]) -> list[tuple[Path, int]]:
     """Write every writer's file for one iteration; returns (path, bytes) per file."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
-    ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config)
+    ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
+                        meta.program)
     written = []
     for plugin, spec in writers:
         try:
@@ -64,7 +75,8 @@ def read_meta(device_dir: Path) -> DeviceMeta:
     info = json.loads((device_dir / f"info.json.{device_id}").read_text())
     options = info.get("jobprof", {}).get("options")
     config = Config(options, explicit=info.get("jobprof", {}).get("explicit", [])) if options else None
-    return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config)
+    return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config,
+                      str(info.get("pid_name", "")))
 
 
 @attrs.frozen

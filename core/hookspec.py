@@ -14,6 +14,7 @@ Lifecycle of one profiled process::
                    jobprof_iteration_end(session, iteration)   after each finished iteration
                    jobprof_session_end(session)        at exit, SIGTERM or uncaught exception
     export         jobprof_writers(config)             by the exporter (in-process and `jobprof export`)
+                   jobprof_timeline(ctx, timeline)     per iteration, for the master timeline
     reporting      jobprof_report_sections(profile)    by `jobprof summary`
 
 A hook that raises disables its plugin for the rest of the process; the job and the other
@@ -30,7 +31,8 @@ import pluggy
 if TYPE_CHECKING:
     from jobprof.profile import Profile
     from jobprof.session import Session
-    from jobprof.types import Config, Iteration, Section, WriterSpec
+    from jobprof.timeline import Timeline
+    from jobprof.types import Config, ExportContext, Iteration, Section, WriterSpec
 
 PROJECT = "jobprof"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -144,6 +146,30 @@ def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
         def jobprof_writers(config):
             if config is None or config.is_on("gpu_temp"):
                 return [WriterSpec("gpu_temp", "csv", render=render_csv)]
+    """
+
+
+@hookspec
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
+    """Add this plugin's tracks to the iteration's master timeline, ``msprof_*.json``.
+
+    Called by the exporter once per iteration (in the profiled process and by ``jobprof
+    export``), after the writers.  ``ctx`` is the same :class:`~jobprof.types.ExportContext` the
+    writers get; return nothing when your stream is absent.  Ask ``timeline.process(name,
+    label)`` for a pid (the same name gives the same pid, so plugins can share a process),
+    name tracks with ``timeline.thread(pid, tid, name)`` and ``timeline.add(events)``: Chrome
+    trace events whose ``ts`` comes from ``ctx.to_us``.  Events on one (pid, tid) must nest.
+    The file is written only if some plugin added an event.
+
+    Example::
+
+        @hookimpl
+        def jobprof_timeline(ctx, timeline):
+            temps = ctx.records("gpu_temp")
+            if temps:
+                pid = timeline.process("GPU temperature")
+                timeline.add({"name": "temp", "ph": "C", "pid": pid, "tid": 0,
+                              "ts": ctx.to_us(t["ns"]), "args": {"C": t["celsius"]}} for t in temps)
     """
 
 

@@ -60,7 +60,8 @@ class PluginManager:
         self._records: dict[str, PluginRecord] = {}
         self._seen: set[tuple[str, str]] = set()  # (entry-point name, distribution) loaded
         self._streams: dict[str, str] = {}  # raw stream -> plugin that returns it
-        self._files: dict[tuple[str, str], str] = {}  # (writer name, extension) -> plugin
+        # (writer name, extension) -> plugin; the master timeline is the core's own
+        self._files: dict[tuple[str, str], str] = {("msprof", "json"): "jobprof (core)"}
         self._lock = threading.RLock()  # fail() also runs on the sink thread
         self.inactive: set[str] = set()
         self._valid_streams: set[tuple[str, tuple]] = set()  # (plugin, stream names) checked

@@ -75,6 +75,11 @@ def claim_device_dir(job: Path, preferred: int) -> tuple[int, Path]:
         return device, path
 
 
+def program_name() -> str:
+    """The profiled program as msprof's ``pid_name`` shows it: the script's file name."""
+    return Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+
+
 def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
     """msprof's info.json body for a CPU/CUDA host, with what jobprof can really measure."""
     mem_kb = None
@@ -93,7 +98,7 @@ def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
         "hwtype": platform.machine(),
         "devices": str(device_id),
         "pid": str(os.getpid()),
-        "pid_name": Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python",
+        "pid_name": program_name(),
         "memoryTotal": mem_kb if mem_kb is not None else "N/A",
         "rank_id": int(rank) if rank and rank.isdigit() else "N/A",
         **extra,

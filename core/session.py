@@ -151,7 +151,8 @@ class Session:
             preferred, self.device_source = profdir.preferred_device_id(torch)
             self.device_id, self.device_dir = profdir.claim_device_dir(self.job_dir, preferred)
             self._write_metadata(None)
-            meta = export.DeviceMeta(self.device_id, self.pid, self.anchor, self.config)
+            meta = export.DeviceMeta(self.device_id, self.pid, self.anchor, self.config,
+                                     profdir.program_name())
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner)

@@ -138,7 +138,8 @@ class Sink:
             streams = rawstore.read_at(where)
             if streams is None:
                 return
-            writers = [(p, spec) for p, spec in self.writers if p in active and p not in self._render_failed]
+            writers = [(p, spec) for p, spec in self.writers
+                       if (p in active or p == export.CORE) and p not in self._render_failed]
             for path, size in export.render_iteration(self.device_dir, self.meta, streams, writers,
                                                          self._writer_failed):
                 if not self.budget.account(unit, path, size):

@@ -92,6 +92,8 @@ class ExportContext:
     #: the recording process's clock anchor (monotonic ns -> epoch)
     anchor: ClockAnchor = attrs.field(repr=False)
     config: Config | None = None
+    #: the profiled program's name (``info.json`` pid_name), e.g. for a process label
+    program: str = ""
 
     def records(self, stream: str) -> list[dict[str, Any]]:
         return self.streams.get(stream, [])

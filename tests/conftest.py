@@ -91,3 +91,44 @@ def raw(device_dir: Path) -> dict[int, dict[str, list]]:
 def raw_iterations(device_dir: Path, stream: str = "iteration") -> list[int]:
     """Iterations whose raw line holds ``stream``."""
     return [i for i, streams in raw(device_dir).items() if stream in streams]
+
+
+def check_timeline(path: Path) -> list[dict]:
+    """Load a timeline file and assert what viewers need; returns its events.
+
+    The file validates against ``schemas/timeline.json``; X events on each (pid, tid) track
+    nest (no partial overlap); every flow start has its end; each process has name and label.
+    """
+    import jsonschema
+
+    from jobprof import schemas
+
+    events = json.loads(path.read_text())
+    errors = sorted(jsonschema.Draft202012Validator(schemas.load("timeline")).iter_errors(events),
+                    key=lambda e: list(e.absolute_path))
+    assert not errors, f"{path.name}: {errors[0].json_path}: {errors[0].message}"
+    tracks: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+    for e in events:
+        if e["ph"] == "X":
+            ts = float(e["ts"])
+            tracks.setdefault((e["pid"], e["tid"]), []).append((ts, ts + e["dur"], e["name"]))
+    for track, spans in tracks.items():
+        open_: list[tuple[float, float, str]] = []
+        for start, end, name in sorted(spans, key=lambda s: (s[0], -s[1])):
+            while open_ and open_[-1][1] <= start:
+                open_.pop()
+            assert not open_ or end <= open_[-1][1], \
+                f"{path.name}: track {track}: '{name}' [{start}, {end}] overlaps '{open_[-1][2]}' " \
+                f"[{open_[-1][0]}, {open_[-1][1]}] without nesting"
+            open_.append((start, end, name))
+    flows: dict[tuple[str, str], set[str]] = {}
+    for e in events:
+        if e["ph"] in ("s", "t", "f"):
+            flows.setdefault((e["cat"], str(e["id"])), set()).add(e["ph"])
+    for key, phases in flows.items():
+        assert "s" in phases and phases & {"t", "f"}, f"{path.name}: flow {key} is not paired: {phases}"
+    meta = {(e["pid"], e["name"]) for e in events if e["ph"] == "M"}
+    for pid in {e["pid"] for e in events}:
+        if any(p == pid for p, _ in meta):
+            assert (pid, "process_name") in meta, f"{path.name}: pid {pid} has no process_name"
+    return events

@@ -37,7 +37,8 @@ def exported(device_dir) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for folder in ("timeline", "summary"):
         for path in (device_dir / folder).iterdir():
-            out.setdefault(f"{folder}/{path.suffix}", []).append(int(path.stem.rsplit("_", 1)[1]))
+            name = path.stem.rsplit("_", 3)[0]  # <name>_<dev>_<model>_<iter>
+            out.setdefault(f"{folder}/{name}{path.suffix}", []).append(int(path.stem.rsplit("_", 1)[1]))
     return {k: sorted(v) for k, v in out.items()}
 
 
@@ -52,7 +53,9 @@ def test_torch_imported_late_is_still_profiled(runner):
         "def train(steps, pause=0.0):\n",
         "def train(steps, pause=0.0):\n    import torch\n    from torch import nn\n")
     runner.run("import time\ntime.sleep(0.2)\n" + script, {"training_trace": "on"}, args=["4"])
-    assert exported(runner.device_dir()) == {"summary/.csv": [1, 2, 3, 4], "timeline/.json": [1, 2, 3, 4]}
+    assert exported(runner.device_dir()) == {"summary/step_trace.csv": [1, 2, 3, 4],
+                                             "timeline/step_trace.json": [1, 2, 3, 4],
+                                             "timeline/msprof.json": [1, 2, 3, 4]}
 
 
 def test_metadata_files_and_done_companions(runner):
@@ -110,7 +113,7 @@ def test_dataloader_workers_write_nothing(runner, method):
     prof = runner.prof_dirs()
     assert len(prof) == 1
     assert sorted(p.name for p in prof[0].iterdir()) == ["device_0"]
-    assert exported(prof[0] / "device_0")["summary/.csv"] == list(range(1, 13))
+    assert exported(prof[0] / "device_0")["summary/step_trace.csv"] == list(range(1, 13))
 
 
 FORKED_TRAINER = TRAIN + """
@@ -127,7 +130,7 @@ def test_forked_child_is_not_a_second_session(runner):
                {"training_trace": "on"})
     prof = runner.prof_dirs()[0]
     assert [p.name for p in prof.iterdir()] == ["device_0"]
-    assert exported(prof / "device_0")["summary/.csv"] == [1, 2]
+    assert exported(prof / "device_0")["summary/step_trace.csv"] == [1, 2]
 
 
 LAUNCHER = """
@@ -145,7 +148,7 @@ def test_child_processes_share_one_prof_dir(runner):
     assert len(prof) == 1  # the launcher never stepped and created nothing of its own
     assert sorted(p.name for p in prof[0].iterdir()) == ["device_0", "device_1"]
     for device in (0, 1):
-        assert exported(prof[0] / f"device_{device}")["summary/.csv"] == [1, 2, 3]
+        assert exported(prof[0] / f"device_{device}")["summary/step_trace.csv"] == [1, 2, 3]
         assert (prof[0] / f"device_{device}" / f"info.json.{device}").exists()
 
 
@@ -185,7 +188,8 @@ def test_sigterm_exports_every_finished_iteration(runner):
     device = runner.device_dir()
     raw = raw_iterations(device)
     assert len(raw) >= 6 and raw == list(range(1, len(raw) + 1))
-    assert exported(device) == {"summary/.csv": raw, "timeline/.json": raw}
+    assert exported(device) == {"summary/step_trace.csv": raw, "timeline/step_trace.json": raw,
+                               "timeline/msprof.json": raw}
     info = json.loads((device / "info.json.0").read_text())
     assert info["jobprof"]["end_reason"] == "SIGTERM"
 
@@ -195,7 +199,7 @@ def test_uncaught_exception_keeps_exit_code_and_exports(runner):
                          'train(4)\n    raise RuntimeError("boom")')
     proc = runner.run(body, {"training_trace": "on"}, check=False)
     assert proc.returncode == 1 and "RuntimeError: boom" in proc.stderr
-    assert exported(runner.device_dir())["summary/.csv"] == [1, 2, 3, 4]
+    assert exported(runner.device_dir())["summary/step_trace.csv"] == [1, 2, 3, 4]
 
 
 def test_sigkill_leaves_raw_data_that_export_renders(runner):
@@ -214,7 +218,8 @@ def test_sigkill_leaves_raw_data_that_export_renders(runner):
     first = jobprof_cli("export", str(runner.prof_dirs()[0]))
     assert first.returncode == 0, first.stderr
     assert "did not finish" in first.stdout
-    assert exported(device) == {"summary/.csv": raw, "timeline/.json": raw}
+    assert exported(device) == {"summary/step_trace.csv": raw, "timeline/step_trace.json": raw,
+                               "timeline/msprof.json": raw}
     snapshot = {p.name: p.read_bytes() for p in (device / "summary").iterdir()}
     second = jobprof_cli("export", str(runner.out))  # idempotent; also accepts the output folder
     assert second.returncode == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import raw, read_csv
+from conftest import check_timeline, raw, read_csv
 
 # Injected durations (ms) and the stated tolerance: a measured phase is at least the injected
 # time minus 1 ms (clock granularity) and at most the injected time plus TOLERANCE_MS (sleep
@@ -155,6 +155,22 @@ def test_timeline_json_events_nest(single_process):
             inner = sorted(s for s in track_spans if s is not outer)
             for a, b in itertools.pairwise(inner):  # siblings do not overlap
                 assert a[1] <= b[0] + 0.002
+
+
+def test_master_timeline_holds_the_step_trace_track(single_process):
+    device_dir = single_process.device_dir()
+    masters = sorted((device_dir / "timeline").glob("msprof_*.json"))
+    assert len(masters) == len(list((device_dir / "timeline").glob("step_trace_*.json"))) > 0
+    for path in masters:
+        events = check_timeline(path)
+        meta = {(e["name"], json.dumps(e["args"])) for e in events if e["ph"] == "M"}
+        assert ("process_name", json.dumps({"name": "Ascend Hardware"})) in meta
+        assert ("process_labels", json.dumps({"labels": "NPU 0"})) in meta
+        assert ("thread_name", json.dumps({"name": "Step Trace(Model ID:4294967295)"})) in meta
+        step = json.loads(path.with_name(path.name.replace("msprof_", "step_trace_")).read_text())
+        x = lambda evs: sorted((e["name"], e["ts"], e["dur"]) for e in evs if e["ph"] == "X")  # noqa: E731
+        assert x(events) == x(step)  # the same slices, in the device process
+        assert {e["tid"] for e in events if e["ph"] == "X"} == {70000 + 4294967295}
 
 
 def test_workers_prefetch_hides_the_data_wait(tmp_path):

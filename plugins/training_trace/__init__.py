@@ -12,7 +12,7 @@ from typing import Any
 from jobprof.hookspec import hookimpl
 from jobprof.plugins.training_trace.points import PointCollector
 from jobprof.plugins.training_trace.report import step_sections
-from jobprof.plugins.training_trace.writer import render_csv, render_json
+from jobprof.plugins.training_trace.writer import add_to_master, render_csv, render_json
 from jobprof.types import WriterSpec
 
 STREAM = "training_trace"
@@ -63,6 +63,12 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
                    "one row per iteration: FP/BP, refresh, data bound, reduces"),
         WriterSpec("step_trace", "json", render_json, "Chrome-trace events of the step trace"),
     ]
+
+
+@hookimpl
+def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+    if ctx.records(STREAM) or (ctx.config is not None and ctx.config.is_on("training_trace")):
+        add_to_master(ctx, timeline)
 
 
 @hookimpl

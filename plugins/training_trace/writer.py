@@ -7,6 +7,7 @@ import io
 import json
 from typing import Any
 
+from jobprof.timeline import DEVICE_PROCESS, Timeline, device_label
 from jobprof.types import ExportContext
 
 NA = "N/A"
@@ -52,22 +53,40 @@ def render_csv(ctx: ExportContext) -> str:
 
 
 def render_json(ctx: ExportContext) -> str:
+    """The step_trace timeline file: one process with the model's track (old-layout structure)."""
+    pid, tid = ctx.pid, ctx.pid
+    events: list[dict[str, Any]] = [
+        {"name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Step Trace"}, "ph": "M"},
+        {"name": "thread_name", "pid": pid, "tid": tid,
+         "args": {"name": f"Model ID:{ctx.iteration.model_id}"}, "ph": "M"},
+        {"name": "thread_sort_index", "pid": pid, "tid": tid,
+         "args": {"sort_index": 70000 + ctx.iteration.model_id}, "ph": "M"},
+    ]
+    reduce_name = f"Reduce (Model ID:{ctx.iteration.model_id})"
+    return json.dumps(events + trace_events(ctx, pid, tid, tid + 1, reduce_name))
+
+
+def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
+    """The step trace thread of the master timeline, in the device process as msprof puts it."""
+    model = ctx.iteration.model_id
+    pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
+    tid = 70000 + model
+    timeline.thread(pid, tid, f"Step Trace(Model ID:{model})", sort_index=tid)
+    timeline.add(trace_events(ctx, pid, tid, tid + 1, f"Reduce(Model ID:{model})", timeline))
+
+
+def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce_name: str,
+                 timeline: Timeline | None = None) -> list[dict[str, Any]]:
+    """Iteration, FP_BP and refresh slices, the reduces (own track) and the data-bound flow."""
     v = step_values(ctx)
-    it, pid, k = ctx.iteration, ctx.pid, ctx.iteration.index
+    k = ctx.iteration.index
     us = ctx.to_us
     # ts/dur: float epoch us; dur is the difference of the two rounded floats (exact in
     # binary), so ts + dur lands exactly on the end and nesting survives the rounding.
     # Exact durations go in the args.
     dur = lambda a, b: us(b) - us(a)  # noqa: E731
     span = lambda a, b: round((b - a) / 1000, 3)  # noqa: E731
-    tid, reduce_tid = pid, pid + 1  # reduces overlap FP/BP and refresh: own track
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Step Trace"}, "ph": "M"},
-        {"name": "thread_name", "pid": pid, "tid": tid, "args": {"name": f"Model ID:{it.model_id}"},
-         "ph": "M"},
-        {"name": "thread_sort_index", "pid": pid, "tid": tid,
-         "args": {"sort_index": 70000 + it.model_id}, "ph": "M"},
-    ]
+    events: list[dict[str, Any]] = []
     points = {"Iteration ID": k, "FP Start": us(v["fp"]) if v["fp"] is not None else NA,
               "BP End": us(v["bp"]) if v["bp"] is not None else NA, "Iteration End": us(v["end"])}
     events.append({"name": f"Iteration {k}", "pid": pid, "tid": tid, "ts": us(v["start"]),
@@ -87,8 +106,11 @@ def render_json(ctx: ExportContext) -> str:
                                 "Iteration Refresh(us)": span(v["bp"], v["end"])},
                        "cat": "Iteration Refresh", "ph": "X"})
     if v["reduces"]:
-        events.append({"name": "thread_name", "pid": pid, "tid": reduce_tid,
-                       "args": {"name": f"Reduce (Model ID:{it.model_id})"}, "ph": "M"})
+        if timeline is not None:
+            timeline.thread(pid, reduce_tid, reduce_name)
+        else:
+            events.append({"name": "thread_name", "pid": pid, "tid": reduce_tid,
+                           "args": {"name": reduce_name}, "ph": "M"})
     for j, (start, end) in enumerate(v["reduces"]):
         events.append({"name": f"Reduce_{k}_{j}", "pid": pid, "tid": reduce_tid, "ts": us(start),
                        "dur": dur(start, end),
@@ -101,4 +123,4 @@ def render_json(ctx: ExportContext) -> str:
         events.append({**flow, "ph": "s", "ts": us(v["prev_end"]), "args": {"Iteration ID": k}})
         events.append({**flow, "ph": "t", "ts": us(v["fp"]),
                        "args": {"Data_aug Bound(us)": span(v["prev_end"], v["fp"])}})
-    return json.dumps(events)
+    return events
