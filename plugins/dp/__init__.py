@@ -1,0 +1,81 @@
+"""dp: what the input pipeline costs each step, from every DataLoader in the job.
+
+The loop's side (request, wait, batches already buffered, which worker produced the batch) is
+recorded by patching the DataLoader iterator classes; the workers' side (sample fetch and
+collate times) comes from the dataset fetchers inside the workers, sent to the owning process
+over a datagram channel.  Writes ``dp_<dev>_<model>_<iter>.csv`` and adds a ``DataLoader``
+process to the master timeline.
+
+Switch: ``"dp": "on"``; left unset it follows ``aicpu`` (msprof collects data-preprocessing
+data with AI CPU data), and ``"dp": "off"`` turns it off even then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobprof.hookspec import hookimpl
+from jobprof.plugins.dp.loader import LoaderCollector
+from jobprof.plugins.dp.report import dp_sections
+from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
+from jobprof.types import WriterSpec
+
+
+def enabled(config: Any) -> bool:
+    value = config.get("dp", "")
+    return value == "on" or (value in ("", None) and config.is_on("aicpu"))
+
+
+@hookimpl
+def jobprof_options_schema() -> dict[str, Any]:
+    return {"properties": {"dp": {
+        "$ref": "#/$defs/switch", "default": "",
+        "description": "DataLoader timings (dp files); unset: follows aicpu"}}}
+
+
+@hookimpl
+def jobprof_configure(config: Any) -> bool:
+    return enabled(config)
+
+
+@hookimpl
+def jobprof_session_start(session: Any) -> None:
+    import torch
+
+    collector = LoaderCollector()
+    session.attach(STREAM, collector)
+    collector.install(torch)
+
+
+@hookimpl
+def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, list]:
+    records = session.attached(STREAM).take(iteration.end_ns)
+    return {STREAM: records} if records else {}
+
+
+@hookimpl
+def jobprof_session_end(session: Any) -> None:
+    collector = session.attached(STREAM)
+    collector.uninstall()
+    lost = sum(collector.dropped.values())
+    if lost:
+        session.reporter.warning(f"dp: {lost} DataLoader worker record(s) were dropped because the "
+                                 "profiled process read them too slowly; the loop-side records are complete")
+
+
+@hookimpl
+def jobprof_writers(config: Any) -> list[WriterSpec]:
+    if config is not None and not enabled(config):
+        return []
+    return [WriterSpec("dp", "csv", render_csv,
+                       "DataLoader events: request/dequeue in the loop, fetch/collate in workers")]
+
+
+@hookimpl
+def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+    add_to_master(ctx, timeline)
+
+
+@hookimpl
+def jobprof_report_sections(profile: Any) -> list:
+    return dp_sections(profile)

@@ -1,0 +1,197 @@
+"""The process that iterates DataLoaders: every batch it asks for, waits for and receives.
+
+Patches, at class level so iterators and loaders that already exist are covered too:
+
+- ``_BaseDataLoaderIter.__init__``: names the loader (``loader0``, ``loader1``, ... in order
+  of first use) and, before a multi-worker iterator starts its workers, opens the channel
+  they report through;
+- ``_BaseDataLoaderIter.__next__`` (single- and multi-process): request and ready stamps,
+  the batches already buffered before and after, the worker that produced the batch;
+- ``_MultiProcessingDataLoaderIter._process_data``: which worker that was;
+- the dataset fetchers (see :mod:`fetch`), also run by forked workers; spawned workers
+  install them through their own (inert) jobprof session.
+
+The training thread only appends one tuple per batch; records are built in
+:meth:`LoaderCollector.take`, at the iteration's end.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from jobprof.plugins.dp import fetch
+from jobprof.plugins.dp.channel import Receiver
+
+_now = time.monotonic_ns
+
+
+def buffered(it: Any) -> int | None:
+    """Batches produced by workers and not yet handed to the loop (None: cannot tell)."""
+    if not it._num_workers:
+        return 0  # a single-process loader produces on demand: nothing is ever prefetched
+    try:
+        ready = sum(1 for info in it._task_info.values() if len(info) == 2)  # arrived out of order
+        ready += it._data_queue.qsize()
+        if getattr(it, "_pin_memory_thread", None) is not None:  # not yet pinned
+            ready += it._worker_result_queue.qsize()
+        return ready
+    except (AttributeError, NotImplementedError, OSError):  # qsize() is not on every platform
+        return None
+
+
+class LoaderCollector:
+    def __init__(self) -> None:
+        self._loaders: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._by_id: dict[int, int] = {}  # samplers that cannot be weakly referenced
+        self.names: dict[int, dict[str, Any]] = {}  # loader index -> description
+        self._seeds: dict[int, int] = {}  # iterator base seed -> loader index
+        self._batches: list[tuple] = []  # appended by the training thread
+        self._fetches: list[tuple[int, ...]] = []  # appended by the receiver thread
+        self._receiver: Receiver | None = None
+        self._lock = threading.Lock()
+        self._restore: list[tuple[Any, str, Any]] = []
+        self.dropped: dict[int, int] = {}  # worker pid -> records lost on the way
+        self.link = fetch.WorkerLink()
+
+    # -- install ---------------------------------------------------------------------------
+    def install(self, torch: Any) -> None:
+        from torch.utils.data import _utils, dataloader
+
+        base, multi = dataloader._BaseDataLoaderIter, dataloader._MultiProcessingDataLoaderIter
+        worker_info = torch.utils.data.get_worker_info
+        self._patch(base, "__init__", self._wrap_init(base.__init__))
+        self._patch(base, "__next__", self._wrap_next(base.__next__))
+        self._patch(multi, "_process_data", _wrap_process(multi._process_data))
+        for cls in (_utils.fetch._MapDatasetFetcher, _utils.fetch._IterableDatasetFetcher):
+            self._patch(cls, "fetch", fetch.timed_fetch(cls.fetch, self.link, worker_info))
+
+    def uninstall(self) -> None:
+        for owner, name, original in reversed(self._restore):
+            setattr(owner, name, original)
+        self._restore.clear()
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
+
+    def _patch(self, owner: Any, name: str, replacement: Callable) -> None:
+        self._restore.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, replacement)
+
+    # -- hot path (training thread) ----------------------------------------------------------
+    def _wrap_init(self, original: Callable) -> Callable:
+        def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+            if getattr(loader, "num_workers", 0) and self._receiver is None:
+                self._open_channel()  # before the workers start: they inherit its address
+            original(it, loader, *args, **kwargs)
+            self._register(it)
+
+        __init__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __init__
+
+    def _wrap_next(self, original: Callable) -> Callable:
+        native_id = threading.get_native_id
+
+        def __next__(it: Any) -> Any:
+            loader = it.__dict__.get("_jobprof_loader")
+            if loader is None:
+                loader = self._register(it)
+            before = buffered(it)
+            start = _now()
+            data = original(it)
+            end = _now()
+            after = buffered(it)
+            worker = it.__dict__.pop("_jobprof_worker", -1)
+            produced = None
+            if not it._num_workers:
+                collate = getattr(getattr(it, "_dataset_fetcher", None), "collate_fn", None)
+                if type(collate) is fetch.TimedCollate and collate.end >= start:
+                    produced = collate.stamps()
+            self._batches.append((loader, it._num_yielded, start, end, before, after, worker,
+                                  native_id(), produced))
+            return data
+
+        __next__.__wrapped__ = original  # type: ignore[attr-defined]
+        return __next__
+
+    def _register(self, it: Any) -> int:
+        sampler = getattr(it, "_index_sampler", None)
+        with self._lock:
+            try:
+                index = self._loaders.get(sampler)
+            except TypeError:  # not weakly referenceable / not hashable
+                index = self._by_id.get(id(sampler))
+            if index is None:
+                index = len(self.names)
+                try:
+                    self._loaders[sampler] = index
+                except TypeError:
+                    self._by_id[id(sampler)] = index
+                self.names[index] = {"dataset": type(getattr(it, "_dataset", None)).__name__,
+                                     "workers": int(getattr(it, "_num_workers", 0) or 0)}
+            seed = getattr(it, "_base_seed", None)
+            if seed is not None:
+                self._seeds[seed] = index
+        it.__dict__["_jobprof_loader"] = index
+        return index
+
+    def _open_channel(self) -> None:
+        with self._lock:
+            if self._receiver is None:
+                try:
+                    self._receiver = Receiver(self._received)
+                except OSError:
+                    pass  # no Unix sockets here: the loop-side records still work
+
+    def _received(self, message: bytes) -> None:  # receiver thread
+        record = fetch.parse(message)
+        with self._lock:
+            self._fetches.append(record)
+
+    # -- iteration end ---------------------------------------------------------------------
+    def take(self, end_ns: int) -> list[dict[str, Any]]:
+        """The records of everything that happened up to ``end_ns``, oldest first."""
+        batches, self._batches = self._batches, []
+        keep = [b for b in batches if b[2] > end_ns]
+        if keep:  # a burst of confirmed iterations: later batches belong to later ones
+            self._batches[:0] = keep
+        with self._lock:
+            fetches, self._fetches = self._fetches, []
+            mine = [f for f in fetches if f[6] <= end_ns]
+            if len(mine) < len(fetches):
+                self._fetches[:0] = [f for f in fetches if f[6] > end_ns]
+        records: list[dict[str, Any]] = []
+        used: Counter[int] = Counter()
+        for loader, number, start, end, before, after, worker, tid, produced in batches:
+            if start > end_ns:
+                continue
+            used[loader] += 1
+            record = {"k": "next", "l": loader, "b": number, "t0": start, "t1": end, "q0": before,
+                      "q1": after, "w": worker, "tid": tid}
+            if produced is not None:
+                record["f"] = list(produced)
+            records.append(record)
+        for seed, worker, pid, size, t0, t1, t2, dropped in mine:
+            loader = self._seeds.get(seed, -1)
+            used[loader] += 1
+            if dropped:
+                self.dropped[pid] = max(self.dropped.get(pid, 0), dropped)
+            records.append({"k": "fetch", "l": loader, "w": worker, "pid": pid, "n": size,
+                            "t0": t0, "t1": t1, "t2": t2})
+        for loader in sorted(used):
+            if loader in self.names:
+                records.append({"k": "loader", "l": loader, **self.names[loader]})
+        return records
+
+
+def _wrap_process(original: Callable) -> Callable:
+    def _process_data(it: Any, data: Any, worker_idx: int, *args: Any, **kwargs: Any) -> Any:
+        it.__dict__["_jobprof_worker"] = worker_idx
+        return original(it, data, worker_idx, *args, **kwargs)
+
+    _process_data.__wrapped__ = original  # type: ignore[attr-defined]
+    return _process_data

@@ -1,0 +1,66 @@
+"""The DataLoader section of ``jobprof summary``: how long the loop waited, and why."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from jobprof.types import Section
+
+#: share of iteration time spent waiting above which a loop is called data-bound
+DATA_BOUND_SHARE = 0.10
+
+
+def _ms(values: list[int]) -> str:
+    return f"{statistics.median(values) / 1e6:.3f}" if values else "N/A"
+
+
+def dp_sections(profile: Any) -> list[Section]:
+    rows, notes = [], []
+    for device in profile.devices:
+        windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
+        iteration_ns = sum(end - start for start, end in windows.values())
+        stats: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        names: dict[int, dict[str, Any]] = {}
+        for rec in profile.records("dp", device):
+            s = stats[rec.get("l", -1)]
+            if rec["k"] == "loader":
+                names[rec["l"]] = rec
+            elif rec["k"] == "next":
+                s["wait"].append(rec["t1"] - rec["t0"])
+                # the share counts waits inside iterations only (not e.g. worker start-up before
+                # the first step)
+                start, end = windows.get(rec["_iteration"], (0, 0))
+                s["waited"].append(max(0, min(rec["t1"], end) - max(rec["t0"], start)))
+                if rec["q0"] is not None:
+                    s["buffered"].append(rec["q0"])
+                if "f" in rec:
+                    s["fetch"].append(rec["f"][1] - rec["f"][0])
+                    s["collate"].append(rec["f"][2] - rec["f"][1])
+            elif rec["k"] == "fetch":
+                s["fetch"].append(rec["t1"] - rec["t0"])
+                s["collate"].append(rec["t2"] - rec["t1"])
+        for loader in sorted(stats):
+            s, about = stats[loader], names.get(loader, {})
+            share = sum(s["waited"]) / iteration_ns if iteration_ns else 0.0
+            buffered = f"{statistics.median(s['buffered']):g}" if s["buffered"] else "N/A"
+            verdict = "data-bound" if share >= DATA_BOUND_SHARE else "keeps up"
+            rows.append([device, f"loader{loader}", about.get("dataset", "?"), about.get("workers", "?"),
+                         len(s["wait"]), _ms(s["wait"]), f"{100 * share:.1f}", _ms(s["fetch"]),
+                         _ms(s["collate"]), buffered, verdict])
+            if verdict == "data-bound":
+                if not about.get("workers"):
+                    why = "num_workers=0: the loop fetched every batch itself"
+                else:
+                    why = (f"no batch was ready when the loop asked (median buffered {buffered}), so all "
+                           f"{about['workers']} workers were busy" if buffered == "0"
+                           else f"median buffered at request {buffered}")
+                notes.append(f"device {device} loader{loader}: data-bound, the loop waited for the "
+                             f"DataLoader in {100 * share:.0f}% of iteration time; {why}; more workers "
+                             "or a cheaper dataset/transform would help")
+    if not rows:
+        return []
+    return [Section("DataLoader (median per batch, ms)",
+                    ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter",
+                     "fetch", "collate", "buffered at request", "verdict"], rows, notes)]
