@@ -1,0 +1,35 @@
+"""The markers section of ``jobprof summary``: where the user-defined ranges spent their time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from jobprof.plugins.msproftx.writer import STREAM
+from jobprof.types import Section
+
+TOP = 15
+WIDTH = 60  # messages may be 255 bytes: keep the table readable
+
+
+def marker_sections(profile: Any) -> list[Section]:
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
+    marks = 0
+    for record in profile.records(STREAM):
+        if record.get("k") == "m":
+            marks += 1
+            continue
+        entry = totals[(record["m"], record["d"])]
+        entry[0] += 1
+        entry[1] += record["e"] - record["s"]
+    if not totals and not marks:
+        return []
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])
+    rows = [[message if len(message) <= WIDTH else message[:WIDTH - 3] + "...", domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}"]
+            for (message, domain), (count, ns) in ranked[:TOP]]
+    notes = [f"{marks} marker(s) (instants) not shown"] if marks else []
+    if len(ranked) > TOP:
+        notes.append(f"{len(ranked) - TOP} more range name(s) in the msprof_tx files")
+    notes.append("nested ranges are counted in full in each level, so totals may exceed the run")
+    return [Section("Markers (msproftx): top ranges by total time",
+                    ["message", "domain", "count", "total ms", "mean ms"], rows, notes)]

@@ -1,0 +1,90 @@
+"""msprof_tx CSV and JSON (contract sections 3-5), and the marker tracks of the master timeline.
+
+Host-only markers: the category / payload columns belong to msproftx's legacy stamps and the
+Device columns to markers placed on a device stream; jobprof has neither, so they are N/A.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections import defaultdict
+from typing import Any
+
+from jobprof.plugins.msproftx.lanes import assign_lanes, lane_name, lane_tid
+from jobprof.timeline import HOST_LABEL, Timeline
+from jobprof.types import ExportContext
+
+STREAM = "msproftx"
+NAME = "msprof_tx"
+NA = "N/A"
+HEADER = ["Device_id", "pid", "tid", "category", "event_type", "payload_type", "payload_value",
+          "Start_time(us)", "End_time(us)", "message_type", "message", "domain",
+          "Device Start_time(us)", "Device End_time(us)"]
+EVENT_TYPES = {"m": "marker", "p": "push/pop", "r": "start/end"}
+#: lanes per thread that get their own sort slot (more still work, sorted after them)
+_LANE_SLOTS = 64
+
+
+def text(message: Any) -> str:
+    """The message as valid UTF-8 (a lone surrogate from the program becomes '?')."""
+    message = str(message)
+    return message if message.isascii() else message.encode("utf-8", "replace").decode("utf-8")
+
+
+def _ordered(ctx: ExportContext) -> list[dict[str, Any]]:
+    return sorted(ctx.records(STREAM), key=lambda r: (r["s"], -r["e"]))
+
+
+def render_csv(ctx: ExportContext) -> str | None:
+    records = _ordered(ctx)
+    if not records:
+        return None
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(HEADER)
+    for r in records:
+        # absolute stamps carry a trailing TAB so spreadsheets keep every digit (contract §3)
+        writer.writerow([ctx.device_id, ctx.pid, r["t"], NA, EVENT_TYPES.get(r["k"], r["k"]), NA, NA,
+                         f"{ctx.stamp(r['s'])}\t", f"{ctx.stamp(r['e'])}\t", "string", text(r["m"]),
+                         r["d"], NA, NA])
+    return out.getvalue()
+
+
+def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
+    """One process named after the program; per thread one track, plus a lane per partial
+    overlap.  A range is drawn on the thread that started it (``End Thread`` in its args)."""
+    records = _ordered(ctx)
+    if not records:
+        return
+    pid = timeline.process(ctx.program or "python", HOST_LABEL)
+    us = ctx.to_us
+    by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        by_thread[r["t"]].append(r)
+    events = []
+    for thread, rows in sorted(by_thread.items()):
+        lanes = assign_lanes([(r["s"], r["e"]) for r in rows])
+        for lane in sorted(set(lanes)):
+            timeline.thread(pid, lane_tid(thread, lane), lane_name(thread, lane),
+                            sort_index=thread * _LANE_SLOTS + min(lane, _LANE_SLOTS - 1))
+        for r, lane in zip(rows, lanes, strict=True):
+            args: dict[str, Any] = {"event_type": EVENT_TYPES.get(r["k"], r["k"]), "domain": r["d"]}
+            if "si" in r:
+                args["Start Iteration"] = r["si"]
+            if "et" in r:
+                args["End Thread"] = r["et"]
+            start = us(r["s"])
+            # dur is the difference of the rounded floats: ts + dur lands exactly on the end,
+            # so spans that nest in ns still nest in the file
+            events.append({"name": text(r["m"]) or "(empty message)", "pid": pid,
+                           "tid": lane_tid(thread, lane), "ts": start, "dur": us(r["e"]) - start,
+                           "args": args, "ph": "X"})
+    timeline.add(events)
+
+
+def render_json(ctx: ExportContext) -> str | None:
+    """The msprof_tx timeline file: the same tracks as in the master timeline."""
+    timeline = Timeline(ctx.pid)
+    add_tracks(ctx, timeline)
+    return timeline.render()
