@@ -247,3 +247,31 @@ def test_switch_follows_the_contract(tmp_path, options, expected):
     assert bool(records(device, "next")) is expected
     info = json.loads((device / "info.json.0").read_text())
     assert ("dp" in info["jobprof"]["plugins"]) is expected
+
+
+def test_channel_delivers_every_record_and_only_to_the_parent(monkeypatch):
+    import os
+    import time
+
+    from jobprof.plugins.dp.channel import ENV, Receiver, Sender
+
+    got: list[bytes] = []
+    receiver = Receiver(got.append)
+    try:
+        owner = os.environ[ENV]
+        assert owner.startswith(f"{os.getpid()}:")
+        # this process is not a child of itself: a worker of another process never sends here
+        assert Sender.for_this_worker() is None
+        monkeypatch.setenv(ENV, f"{os.getppid()}:{owner.split(':', 1)[1]}")
+        sender = Sender.for_this_worker()
+        assert sender is not None
+        for i in range(200):
+            sender.send(f"{i}".encode())
+            if i % 20 == 0:
+                time.sleep(0.01)  # a worker sends one record per batch, not in a tight loop
+    finally:
+        receiver.close()
+    assert [int(m) for m in got] == list(range(200)) and sender.dropped == 0
+    assert ENV not in os.environ or not os.environ[ENV].startswith(f"{os.getpid()}:")
+    sender.send(b"after close")  # the owner is gone: counted, never raised
+    assert sender.dropped == 1
