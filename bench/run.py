@@ -1,6 +1,6 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
-    python bench/run.py [--quick] [--only startup|steps|hotpath] [--json out.json]
+    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp] [--json out.json]
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
+import dp
 import hotpath
 import startup  # bench/ is sys.path[0] when run as a script
 import steps
@@ -56,7 +57,8 @@ def measured() -> Iterator[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
-    parser.add_argument("--only", choices=["startup", "steps", "hotpath"], help="run one benchmark")
+    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp"],
+                        help="run one benchmark")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
                         help="starts per case (default 40, quick 20, at least 20)")
@@ -91,6 +93,19 @@ def main(argv: list[str] | None = None) -> int:
                          f"csv {result['step_trace_csv_per_run']}, "
                          f"json {result['step_trace_json_per_run']}")
             notes += [f"steps: profiled stderr: {s}" for s in result["profiled_stderr"]]
+        if args.only in (None, "tier"):  # the step tier a user leaves on for a whole run
+            n = max(args.step_repeats or (3 if args.quick else 7), 2)
+            with measured() as result:
+                result.update(steps.run(n, steps=args.steps, workers=args.workers,
+                                        options=steps.TIER_OPTIONS))
+            report["tier"] = result
+            table += steps.rows(result)
+            notes += [f"tier: profiled stderr: {s}" for s in result["profiled_stderr"]]
+        if args.only in (None, "dp"):
+            with measured() as result:
+                result.update(dp.run(3 if args.quick else 7))
+            report["dp"] = result
+            table += dp.rows(result)
         if args.only in (None, "hotpath"):
             with measured() as result:
                 result.update(hotpath.run(args.steps, workers=args.workers))
@@ -99,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     except HarnessError as exc:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
-    for name in ("startup", "steps", "hotpath"):
+    for name in ("startup", "steps", "tier", "dp", "hotpath"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work

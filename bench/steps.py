@@ -24,6 +24,9 @@ TARGET_RATIO = 1.02
 WARMUP_STEPS = 10  # first steps pay for worker start-up, allocator growth, lazy hook setup
 STEPS = 200  # ~10 ms steps on 2 cores: a few seconds of steady state per run
 OPTIONS = {"training_trace": "on", "task_trace": "off"}
+#: the step tier of issue 3: step trace, DataLoader timings and markers (the example's
+#: record_function ranges are captured with no code change)
+TIER_OPTIONS = {"training_trace": "on", "task_trace": "off", "dp": "on", "msproftx": "on"}
 
 
 def profiling_env(output: Path, options: dict[str, str]) -> dict[str, str]:
@@ -103,7 +106,11 @@ def run(repeats: int, steps: int = STEPS, workers: int = 2,
 
 
 def _label(options: dict[str, str]) -> str:
-    return "training_trace" if options == OPTIONS else json.dumps(options, separators=(",", ":"))
+    if options == OPTIONS:
+        return "training_trace"
+    if options == TIER_OPTIONS:
+        return "step tier (training_trace+dp+msproftx)"
+    return json.dumps(options, separators=(",", ":"))
 
 
 def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
