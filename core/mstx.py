@@ -14,11 +14,15 @@
     io = mstx.domain("io")                  # the same calls in a named domain
     io.mark("shard opened")
 
-Module-level calls use the domain ``default``.  Every call is a cheap no-op unless a profiling
-session with ``"msproftx": "on"`` is collecting in this process: the API looks the recorder up on
-the session at each call (``SESSION.attached("msproftx")``), so a session that starts after
-these calls were first made is picked up, and nothing is cached in this module.  Calls never
-raise into the program: a bad message goes through ``str()``, an unknown range id is ignored.
+Module-level calls use the domain ``default``.  ``stream`` arguments are accepted, as in mstx,
+so ported code runs, and ignored: jobprof's markers are host-only (no device stream).
+
+Every call is a cheap no-op unless a profiling session with ``"msproftx": "on"`` is collecting
+in this process: the API looks the recorder up on the session at each call
+(``SESSION.attached("msproftx")``), so a session that starts after these calls were first made
+(or after a decorator was applied) is picked up, and nothing is cached in this module.  Calls
+never raise into the program: a bad message goes through ``str()``, an unknown range id is
+ignored.
 
 The recorder itself belongs to the msproftx plugin; this module only knows its five methods
 (``mark``, ``range_start``, ``range_end``, ``push``, ``pop``, each taking the domain name first).
@@ -60,7 +64,7 @@ def _end(range_id: int) -> None:
             recorder.range_end(range_id)
 
 
-def mark(message: Any) -> None:
+def mark(message: Any, stream: Any = None) -> None:
     """Record an instant (a zero-duration marker) in the ``default`` domain."""
     session = _state.SESSION
     if session is not None:
@@ -69,7 +73,7 @@ def mark(message: Any) -> None:
             recorder.mark(DEFAULT_DOMAIN, message)
 
 
-def range_start(message: Any) -> int:
+def range_start(message: Any, stream: Any = None) -> int:
     """Open a range; returns its id for :func:`range_end`, or 0 when nothing is recorded."""
     session = _state.SESSION
     if session is not None:
@@ -117,24 +121,27 @@ class range:  # mstx's name (lower case); shadows the builtin only inside this m
 
     __slots__ = ("_domain", "_ids", "_message")
 
-    def __init__(self, message: Any, *, _domain: str = DEFAULT_DOMAIN) -> None:
+    def __init__(self, message: Any, stream: Any = None) -> None:
         self._message = message
-        self._domain = _domain
+        self._domain = DEFAULT_DOMAIN
         self._ids: list[int] | None = None
 
     def __enter__(self) -> range:
-        range_id = _start(self._domain, self._message)
-        if range_id:
-            if self._ids is None:
-                self._ids = [range_id]
-            else:
-                self._ids.append(range_id)
+        session = _state.SESSION  # inlined: `with` is the costliest no-op of the API
+        if session is not None:
+            recorder = session.attached(RECORDER)
+            if recorder is not None:
+                range_id = recorder.range_start(self._domain, self._message)
+                if range_id:
+                    if self._ids is None:
+                        self._ids = [range_id]
+                    else:
+                        self._ids.append(range_id)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        ids = self._ids
-        if ids:
-            _end(ids.pop())
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if self._ids:
+            _end(self._ids.pop())
 
     def __call__(self, func: Callable[..., Any]) -> Callable[..., Any]:
         import functools
@@ -175,21 +182,23 @@ class Domain:
     def __repr__(self) -> str:
         return f"Domain({self.name!r})"
 
-    def mark(self, message: Any) -> None:
+    def mark(self, message: Any, stream: Any = None) -> None:
         session = _state.SESSION
         if session is not None:
             recorder = session.attached(RECORDER)
             if recorder is not None:
                 recorder.mark(self.name, message)
 
-    def range_start(self, message: Any) -> int:
+    def range_start(self, message: Any, stream: Any = None) -> int:
         return _start(self.name, message)
 
     def range_end(self, range_id: int) -> None:
         _end(range_id)
 
-    def range(self, message: Any) -> range:
-        return range(message, _domain=self.name)
+    def range(self, message: Any, stream: Any = None) -> range:
+        block = range(message)
+        block._domain = self.name
+        return block
 
     def push(self, message: Any) -> None:
         session = _state.SESSION

@@ -21,7 +21,7 @@ NVTX_CALLS = ("range_push", "range_pop", "range_start", "range_end", "mark")
 #: per record_function object: [(thread, range id), ...] of its open enters
 _OPEN = "_jobprof_mstx_open"
 
-_tid = threading.get_native_id
+_thread = threading.get_ident  # pairs enters and exits only: no need for the native id (a syscall)
 Restore = Callable[[], None]
 
 
@@ -42,7 +42,7 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
         if range_id:
             try:
                 opened = self.__dict__.setdefault(_OPEN, [])
-                opened.append((_tid(), range_id))
+                opened.append((_thread(), range_id))
             except Exception:
                 recorder.range_end(range_id)  # cannot pair it: better no range than a wrong one
         return result
@@ -52,7 +52,7 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
         try:
             opened = self.__dict__.get(_OPEN)
             if opened:
-                here = _tid()
+                here = _thread()
                 index = next((i for i in range(len(opened) - 1, -1, -1) if opened[i][0] == here), -1)
                 recorder.range_end(opened.pop(index)[1])
         except Exception:

@@ -49,7 +49,7 @@ KEEP_ENDS = 1 << 16
 SHOW_OPEN = 5
 
 _now = time.monotonic_ns
-_tid = threading.get_native_id
+_native_id = threading.get_native_id  # a syscall (gettid): ~5x a thread-local read here
 _end_key = itemgetter("e")
 
 
@@ -109,6 +109,7 @@ class Recorder:
         self._stacks: dict[tuple[int, str], list[tuple[int, str]]] = {}
         self._overflow: dict[tuple[int, str], int] = {}  # pushes past MAX_DEPTH, owed pops
         self._done: deque[dict[str, Any]] = deque()
+        self._local = threading.local()  # .tid: this thread's native id, read once per thread
         # take() only (the training thread): finished records not yet handed over, by end time
         self._carry: list[dict[str, Any]] = []
         self._ends = array("q")  # end ns of handed-over iterations, first is _first_index
@@ -139,7 +140,14 @@ class Recorder:
                 return
             if type(message) is not str or len(message) > _SURELY_SHORT:
                 message = self._message(message)
-            self._finish({"k": "m", "m": message, "d": domain, "s": now, "e": now, "t": _tid()})
+            try:
+                tid = self._local.tid
+            except AttributeError:
+                tid = self._local.tid = _native_id()
+            if len(self._done) < self.max_pending:  # the append is atomic: no lock
+                self._done.append({"k": "m", "m": message, "d": domain, "s": now, "e": now, "t": tid})
+            else:
+                self.dropped += 1
         except Exception:
             self.errors += 1
 
@@ -156,8 +164,12 @@ class Recorder:
             if len(self._open) >= MAX_OPEN:
                 self.dropped += 1
                 return 0
-            range_id = next(self._ids)
-            self._open[range_id] = (now, message, domain, _tid())
+            try:
+                tid = self._local.tid
+            except AttributeError:
+                tid = self._local.tid = _native_id()
+            range_id = next(self._ids)  # itertools.count: atomic under the GIL
+            self._open[range_id] = (now, message, domain, tid)
             return range_id
         except Exception:
             self.errors += 1
@@ -173,10 +185,16 @@ class Recorder:
                 return
             start, message, domain, tid = entry
             record = {"k": "r", "m": message, "d": domain, "s": start, "e": now, "t": tid}
-            here = _tid()
+            try:
+                here = self._local.tid
+            except AttributeError:
+                here = self._local.tid = _native_id()
             if here != tid:
                 record["et"] = here
-            self._finish(record)
+            if self.enabled and len(self._done) < self.max_pending:
+                self._done.append(record)
+            else:
+                self.dropped += 1
         except Exception:  # e.g. an unhashable id
             self.unknown_ends += 1
 
@@ -190,7 +208,11 @@ class Recorder:
                 return
             if type(message) is not str or len(message) > _SURELY_SHORT:
                 message = self._message(message)
-            key = (_tid(), domain)
+            try:
+                tid = self._local.tid
+            except AttributeError:
+                tid = self._local.tid = _native_id()
+            key = (tid, domain)
             stack = self._stacks.get(key)
             if stack is None:
                 stack = self._stacks.setdefault(key, [])
@@ -208,7 +230,10 @@ class Recorder:
             allowed = self._allowed.get(domain)
             if not (allowed or (allowed is None and self.allows(domain))):
                 return
-            tid = _tid()
+            try:
+                tid = self._local.tid
+            except AttributeError:
+                tid = self._local.tid = _native_id()
             key = (tid, domain)
             if self._overflow and self._overflow.get(key):
                 self._overflow[key] -= 1  # pairs with a push that was not kept
@@ -218,15 +243,12 @@ class Recorder:
                 self.unmatched_pops += 1
                 return
             start, message = stack.pop()
-            self._finish({"k": "p", "m": message, "d": domain, "s": start, "e": now, "t": tid})
+            if self.enabled and len(self._done) < self.max_pending:
+                self._done.append({"k": "p", "m": message, "d": domain, "s": start, "e": now, "t": tid})
+            else:
+                self.dropped += 1
         except Exception:
             self.errors += 1
-
-    def _finish(self, record: dict[str, Any]) -> None:
-        if self.enabled and len(self._done) < self.max_pending:
-            self._done.append(record)
-        else:
-            self.dropped += 1
 
     def _message(self, message: Any) -> str:
         """Rare path: a non-str message, or one that may be over the byte limit."""

@@ -25,7 +25,8 @@ def marker_sections(profile: Any) -> list[Section]:
     if not totals and not marks:
         return []
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
-    rows = [[message if len(message) <= WIDTH else message[:WIDTH - 3] + "...", domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}"]
+    short = lambda text: text if len(text) <= WIDTH else text[:WIDTH - 3] + "..."  # noqa: E731
+    rows = [[short(message), domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}"]
             for (message, domain), (count, ns) in ranked[:TOP]]
     notes = [f"{marks} marker(s) (instants) not shown"] if marks else []
     if len(ranked) > TOP:
