@@ -45,7 +45,7 @@ def _measure(calls: int, repeats: int) -> dict[str, list[float]]:
     from jobprof import _state, mstx
 
     recorder = _state.SESSION.attached("msproftx") if _state.SESSION is not None else None
-    drain = (lambda: recorder.take(0, time.monotonic_ns())) if recorder is not None else (lambda: None)
+    drain = (lambda: recorder.take(1, 0, time.monotonic_ns())) if recorder is not None else (lambda: None)
     domain, skipped = mstx.domain("io"), mstx.domain("skipped")
     record_function = torch.profiler.record_function
 

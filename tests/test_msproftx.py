@@ -299,6 +299,16 @@ def test_summary_section(main_run: Run) -> None:
     assert compute.split()[1:3] == ["default", str(STEPS)]
 
 
+def test_export_renders_the_same_files(main_run: Run) -> None:
+    files = sorted(main_run.device_dir.glob("*/msprof*_4294967295_*"))
+    before = {p: p.read_bytes() for p in files}
+    for path in files:
+        path.unlink()
+    proc = jobprof_cli("export", str(main_run.device_dir.parent))
+    assert proc.returncode == 0, proc.stderr
+    assert {p: p.read_bytes() for p in files} == before
+
+
 # -- domains -------------------------------------------------------------------------------
 def test_domain_include(variants: dict[str, Run]) -> None:
     include_run = variants["include"]
@@ -446,13 +456,31 @@ def test_take_splits_a_burst_by_end_time() -> None:
     t2 = time.monotonic_ns()
     rec.mark("default", "in 3")
     # iterations 1 and 2 delivered together, after iteration 3's marker was recorded
-    first = rec.take(t0, t1)
-    second = rec.take(t1, t2)
+    first = rec.take(1, t0, t1)
+    second = rec.take(2, t1, t2)
     assert [r["m"] for r in first] == ["in 1"]
     assert [(r["m"], r["k"], r.get("si")) for r in second] == [("in 2", "m", None), ("long", "r", 1),
                                                                ("p", "p", None)]
-    assert [r["m"] for r in rec.take(t2, time.monotonic_ns())] == ["in 3"]
-    assert rec.take(t2, time.monotonic_ns()) == []
+    assert [r["m"] for r in rec.take(3, t2, time.monotonic_ns())] == ["in 3"]
+    assert rec.take(4, t2, time.monotonic_ns()) == []
+
+
+def test_start_iteration_of_a_long_range_survives_trimming() -> None:
+    rec = Recorder(keep_ends=4)
+    rec.take(1, 0, time.monotonic_ns())
+    long = rec.range_start("default", "long")  # starts in iteration 2
+    for k in range(2, 40):
+        t = time.monotonic_ns()
+        rec.push("default", "short")
+        rec.pop("default")
+        assert [r["m"] for r in rec.take(k, t, time.monotonic_ns())] == ["short"]
+    assert len(rec._ends) == 38  # the open range keeps every end since its start
+    t = time.monotonic_ns()
+    rec.range_end(long)
+    assert [(r["m"], r["si"]) for r in rec.take(40, t, time.monotonic_ns())] == [("long", 2)]
+    for k in range(41, 120):  # nothing open: trimmed back (the threshold doubled meanwhile)
+        rec.take(k, time.monotonic_ns(), time.monotonic_ns())
+    assert len(rec._ends) <= 2 * 4
 
 
 def test_recorder_never_raises_and_counts() -> None:
@@ -471,7 +499,7 @@ def test_recorder_never_raises_and_counts() -> None:
     rec.mark("default", 12)
     rec.mark("default", "x" * 300)
     rec.mark("default", "y" * 300)
-    records = rec.take(0, time.monotonic_ns())
+    records = rec.take(1, 0, time.monotonic_ns())
     assert [r["m"] for r in records] == ["<unprintable Bad>", "12", "x" * 255, "y" * 255]
     assert len(warnings) == 1 and "truncated" in warnings[0]
     rid = rec.range_start("default", "open")
@@ -493,7 +521,7 @@ def test_threads_end_each_others_ranges() -> None:
         w.start()
     for w in workers:
         w.join()
-    records = rec.take(0, time.monotonic_ns())
+    records = rec.take(1, 0, time.monotonic_ns())
     assert sorted(r["m"] for r in records) == sorted(f"r{i}" for i in range(200))
     assert all(r["et"] != r["t"] for r in records) and not rec.still_open()
 
@@ -519,7 +547,7 @@ def test_record_function_capture_in_process() -> None:
         for restore in restores:
             restore()
     assert cls.__dict__["__enter__"] is enter and cls.__dict__["__exit__"] is exit_
-    records = rec.take(0, time.monotonic_ns())
+    records = rec.take(1, 0, time.monotonic_ns())
     assert {r["d"] for r in records} == {"record_function"} and not rec.still_open()
     spans = sorted((r["s"], -r["e"], r["m"]) for r in records)
     assert [m for _, _, m in spans] == ["outer", "deco", "deco", "deco", "raising"]
@@ -557,7 +585,7 @@ def test_nvtx_capture_with_a_stand_in_module() -> None:
     assert vars(fake) == originals
     assert calls == [("push", "outer"), ("start", "cross"), ("mark", "m"), ("pop",), ("end", handle),
                      ("end", 99)]
-    records = rec.take(0, time.monotonic_ns())
+    records = rec.take(1, 0, time.monotonic_ns())
     assert sorted((r["m"], r["k"], r["d"]) for r in records) == [
         ("cross", "r", "nvtx"), ("m", "m", "nvtx"), ("outer", "p", "nvtx")]
     assert rec.unknown_ends == 0

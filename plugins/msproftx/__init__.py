@@ -70,7 +70,8 @@ def jobprof_session_start(session: Any) -> None:
 
 @hookimpl
 def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, list] | None:
-    records = session.attached(STREAM).take(iteration.start_ns, iteration.end_ns)
+    records = session.attached(STREAM).take(iteration.index, iteration.start_ns,
+                                                   iteration.end_ns)
     return {STREAM: records} if records else None
 
 

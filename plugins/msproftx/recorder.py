@@ -97,12 +97,14 @@ class Recorder:
     """Collects markers of one profiling session; never raises into the caller."""
 
     def __init__(self, domains: DomainFilter = DomainFilter(), origin_ns: int = 0,
-                 warn: Any = None, max_pending: int = MAX_PENDING) -> None:
+                 warn: Any = None, max_pending: int = MAX_PENDING, keep_ends: int = KEEP_ENDS) -> None:
         self.enabled = True
         self.origin_ns = origin_ns  # the session's start, for "started N s after start"
         self.domains = domains
         self._warn = warn  # callable(text) or None
         self.max_pending = max_pending
+        self.keep_ends = keep_ends
+        self._trim_at = 2 * keep_ends
         self._allowed: dict[str, bool] = {}
         self._ids = itertools.count(1)
         self._open: dict[int, tuple[int, str, str, int]] = {}  # id -> (start, message, domain, tid)
@@ -265,8 +267,8 @@ class Recorder:
         return text
 
     # -- hand-over (training thread, once per iteration) -----------------------------------
-    def take(self, start_ns: int, end_ns: int) -> list[dict[str, Any]]:
-        """Records that ended by ``end_ns`` (the iteration ``(previous end, end_ns]``).
+    def take(self, index: int, start_ns: int, end_ns: int) -> list[dict[str, Any]]:
+        """Records that ended by ``end_ns``: iteration ``index``, ``(previous end, end_ns]``.
 
         Records ending later stay for the next iteration, so a burst of iterations delivered
         together is split correctly.  A range that started before ``start_ns`` gets ``si``,
@@ -285,8 +287,10 @@ class Recorder:
             for record in taken:
                 if record["s"] < start_ns:
                     record["si"] = self._iteration_of(record["s"])
-        self._ends.append(end_ns)
-        if len(self._ends) > 2 * KEEP_ENDS:
+        if not self._ends:
+            self._first_index = index
+        self._ends.append(end_ns)  # iterations arrive in order, one call each
+        if len(self._ends) > self._trim_at:
             self._trim_ends()
         return taken
 
@@ -301,10 +305,12 @@ class Recorder:
         starts += [top[0] for stack in list(self._stacks.values()) for top in stack[:1]]
         starts += [r["s"] for r in self._carry]
         oldest = min(starts, default=self._ends[-1])
-        keep_from = min(bisect.bisect_left(self._ends, oldest), len(self._ends) - KEEP_ENDS)
+        keep_from = min(bisect.bisect_left(self._ends, oldest), len(self._ends) - self.keep_ends)
         if keep_from > 0:
             del self._ends[:keep_from]
             self._first_index += keep_from
+        # a long-open range pins the history: try again only once it has doubled (amortised)
+        self._trim_at = 2 * max(self.keep_ends, len(self._ends))
 
     # -- end of session --------------------------------------------------------------------
     def close(self) -> None:
