@@ -512,6 +512,19 @@ def test_recorder_never_raises_and_counts() -> None:
     assert rec.range_start("default", "late") == 0
 
 
+def test_queue_is_bounded_and_drops_are_counted() -> None:
+    rec = Recorder(max_pending=5)
+    for i in range(7):
+        rec.mark("default", str(i))
+    ids = [rec.range_start("default", "r") for _ in range(2)]
+    for range_id in ids:
+        rec.range_end(range_id)
+    assert [r["m"] for r in rec.take(1, 0, time.monotonic_ns())] == ["0", "1", "2", "3", "4"]
+    assert rec.dropped == 4 and "4 marker(s) were not recorded" in next(iter(rec.exit_notes()))
+    rec.mark("default", "after")  # room again once an iteration took the queue
+    assert [r["m"] for r in rec.take(2, 0, time.monotonic_ns())] == ["after"]
+
+
 def test_threads_end_each_others_ranges() -> None:
     rec = Recorder()
     ids = [rec.range_start("default", f"r{i}") for i in range(200)]

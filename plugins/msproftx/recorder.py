@@ -22,12 +22,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
+import sys
 import threading
 import time
 import weakref
 from array import array
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from operator import itemgetter
 from typing import Any
 
@@ -38,8 +39,11 @@ MAX_MESSAGE_BYTES = 255
 #: below this many characters a str cannot exceed MAX_MESSAGE_BYTES (4 bytes per character)
 _SURELY_SHORT = MAX_MESSAGE_BYTES // 4
 #: finished records waiting for their iteration (a loop that never ends an iteration must
-#: not grow without bound); beyond it records are dropped and counted
-MAX_PENDING = 1_000_000
+#: not grow without bound: ~350 bytes each); beyond it records are dropped and counted
+MAX_PENDING = 200_000
+#: every this many queued records, the slow path checks whether this process is a spawned
+#: DataLoader worker (its own session never ends an iteration): then it stops recording
+CHECK_EVERY = 10_000
 #: open ranges (range_start without range_end) and open pushes per (thread, domain)
 MAX_OPEN = 100_000
 MAX_DEPTH = 10_000
@@ -97,12 +101,14 @@ class Recorder:
     """Collects markers of one profiling session; never raises into the caller."""
 
     def __init__(self, domains: DomainFilter = DomainFilter(), origin_ns: int = 0,
-                 warn: Any = None, max_pending: int = MAX_PENDING, keep_ends: int = KEEP_ENDS) -> None:
+                 warn: Callable[[str], None] | None = None, max_pending: int = MAX_PENDING,
+                 keep_ends: int = KEEP_ENDS) -> None:
         self.enabled = True
         self.origin_ns = origin_ns  # the session's start, for "started N s after start"
         self.domains = domains
-        self._warn = warn  # callable(text) or None
+        self._warn = warn
         self.max_pending = max_pending
+        self._check_at = min(CHECK_EVERY, max_pending)  # queue length that takes the slow path
         self.keep_ends = keep_ends
         self._trim_at = 2 * keep_ends
         self._allowed: dict[str, bool] = {}
@@ -146,10 +152,11 @@ class Recorder:
                 tid = self._local.tid
             except AttributeError:
                 tid = self._local.tid = _native_id()
-            if len(self._done) < self.max_pending:  # the append is atomic: no lock
-                self._done.append({"k": "m", "m": message, "d": domain, "s": now, "e": now, "t": tid})
+            record = {"k": "m", "m": message, "d": domain, "s": now, "e": now, "t": tid}
+            if len(self._done) < self._check_at:  # the append is atomic: no lock
+                self._done.append(record)
             else:
-                self.dropped += 1
+                self._queue_slowly(record)
         except Exception:
             self.errors += 1
 
@@ -193,10 +200,10 @@ class Recorder:
                 here = self._local.tid = _native_id()
             if here != tid:
                 record["et"] = here
-            if self.enabled and len(self._done) < self.max_pending:
+            if self.enabled and len(self._done) < self._check_at:
                 self._done.append(record)
             else:
-                self.dropped += 1
+                self._queue_slowly(record)
         except Exception:  # e.g. an unhashable id
             self.unknown_ends += 1
 
@@ -245,12 +252,27 @@ class Recorder:
                 self.unmatched_pops += 1
                 return
             start, message = stack.pop()
-            if self.enabled and len(self._done) < self.max_pending:
-                self._done.append({"k": "p", "m": message, "d": domain, "s": start, "e": now, "t": tid})
+            record = {"k": "p", "m": message, "d": domain, "s": start, "e": now, "t": tid}
+            if self.enabled and len(self._done) < self._check_at:
+                self._done.append(record)
             else:
-                self.dropped += 1
+                self._queue_slowly(record)
         except Exception:
             self.errors += 1
+
+    def _queue_slowly(self, record: dict[str, Any]) -> None:
+        """Rare path: the queue reached a checkpoint (no iteration took it for a while)."""
+        if not self.enabled:
+            return
+        if _in_dataloader_worker():
+            self.enabled = False  # a spawned worker: its session never hands anything over
+            self._done.clear()
+            return
+        if len(self._done) < self.max_pending:
+            self._done.append(record)
+            self._check_at = min(len(self._done) + CHECK_EVERY, self.max_pending)
+        else:
+            self.dropped += 1
 
     def _message(self, message: Any) -> str:
         """Rare path: a non-str message, or one that may be over the byte limit."""
@@ -348,6 +370,13 @@ class Recorder:
                    f"waiting for an iteration, {MAX_OPEN} open ranges or {MAX_DEPTH} nested pushes)")
         if self.errors:
             yield f"msproftx: {self.errors} marker call(s) failed inside jobprof and were skipped"
+
+
+def _in_dataloader_worker() -> bool:
+    try:
+        return sys.modules["torch"].utils.data.get_worker_info() is not None
+    except Exception:
+        return False
 
 
 def _disable(ref: weakref.ref) -> None:
