@@ -1,8 +1,9 @@
 """mstx: what a ``jobprof.mstx`` call costs, with profiling off and with msproftx recording.
 
-    python bench/mstx.py [--calls N] [--repeats R] [--json]
+    python bench/mstx.py [--calls N] [--repeats R] [--rounds K] [--json]
 
-Both arms run the same measuring code in a child process of their own (scrubbed environment):
+Both arms run the same measuring code in child processes of their own (scrubbed environment),
+alternating off/on ``--rounds`` times:
 
 - ``off``: no PROFILING_MODE, a plain ``from jobprof import mstx``: the no-op path every
   unprofiled run pays (target: under 1 us per call);
@@ -14,8 +15,9 @@ Both arms run the same measuring code in a child process of their own (scrubbed 
   and nothing is written.
 
 Each figure is ns per call (for the range rows: per range, start plus end), the median over
-repeats of (loop time - empty loop time) / calls.  ``record_function`` is torch's own
-``with torch.profiler.record_function(...)``: off = torch's cost, on = with jobprof's wrapper.
+every round's repeats of (loop time - empty loop time) / calls (the minimum is shown too).
+``record_function`` is torch's own ``with torch.profiler.record_function(...)``: off = torch's
+cost, on = with jobprof's wrapper.
 Nothing is asserted; the exit code is 0 unless a child fails (2).
 """
 
@@ -150,10 +152,17 @@ def _arm(on: bool, calls: int, repeats: int) -> dict[str, list[float]]:
         return result
 
 
-def run(calls: int = 20_000, repeats: int = 7) -> dict:
+def run(calls: int = 20_000, repeats: int = 7, rounds: int = 3) -> dict:
+    """``rounds`` alternating off/on child pairs; each case pools their repeats (a slow spell
+    of this shared VM then lands on both arms rather than on one)."""
     before = cpu_snapshot()
-    off, on = _arm(False, calls, repeats), _arm(True, calls, repeats)
-    return {"calls": calls, "repeats": repeats, "unit": "ns per call",
+    off: dict[str, list[float]] = {name: [] for name in CASES}
+    on: dict[str, list[float]] = {name: [] for name in CASES}
+    for _ in range(rounds):
+        for arm, pooled in ((False, off), (True, on)):
+            for name, values in _arm(arm, calls, repeats).items():
+                pooled[name] += values
+    return {"calls": calls, "repeats": repeats, "rounds": rounds, "unit": "ns per call",
             "foreign_cpu_share": foreign_share(before, cpu_snapshot()),
             "cases": {name: {"off": statistics.median(off[name]), "on": statistics.median(on[name]),
                              "off_min": min(off[name]), "on_min": min(on[name]),
@@ -163,7 +172,8 @@ def run(calls: int = 20_000, repeats: int = 7) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000, help="calls per timed loop")
-    parser.add_argument("--repeats", type=int, default=7, help="timed loops per case (median)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed loops per case and child")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating off/on child pairs")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -171,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(_measure(args.calls, args.repeats)))
         return 0
     try:
-        result = run(args.calls, args.repeats)
+        result = run(args.calls, args.repeats, args.rounds)
     except RuntimeError as exc:
         print(f"bench mstx: harness failure: {exc}", file=sys.stderr)
         return 2
@@ -184,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         case = result["cases"][name]
         print(f"{name:<{width}}  {case['off']:>8.0f}  {case['off_min']:>6.0f}  {case['on']:>8.0f}  "
               f"{case['on_min']:>6.0f}")
-    print(f"- median of {args.repeats} loops of {args.calls} calls (record_function: "
+    print(f"- median of {args.rounds} x {args.repeats} loops of {args.calls} calls (record_function: "
           f"{args.calls // 10}), empty-loop time subtracted; off = profiling off (no-op path), "
           f"on = msproftx recording in a live session ({json.dumps(ON_OPTIONS)})")
     share = result["foreign_cpu_share"]
