@@ -1,6 +1,6 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
-    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp] [--json out.json]
+    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx] [--json out.json]
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -22,6 +22,7 @@ from typing import Any
 
 import dp
 import hotpath
+import mstx
 import startup  # bench/ is sys.path[0] when run as a script
 import steps
 from common import HarnessError, cpu_snapshot, foreign_share
@@ -57,7 +58,7 @@ def measured() -> Iterator[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
-    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp"],
+    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx"],
                         help="run one benchmark")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
@@ -106,15 +107,20 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(dp.run(3 if args.quick else 7))
             report["dp"] = result
             table += dp.rows(result)
+        if args.only in (None, "mstx"):
+            with measured() as result:
+                result.update(mstx.run(calls=5_000 if args.quick else 20_000, rounds=2 if args.quick else 3))
+            report["mstx"] = result
+            table += mstx.rows(result)
         if args.only in (None, "hotpath"):
             with measured() as result:
                 result.update(hotpath.run(args.steps, workers=args.workers))
             report["hotpath"] = result
             table += hotpath.rows(result)
-    except HarnessError as exc:
+    except (HarnessError, RuntimeError) as exc:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
-    for name in ("startup", "steps", "tier", "dp", "hotpath"):
+    for name in ("startup", "steps", "tier", "dp", "mstx", "hotpath"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work

@@ -7,7 +7,16 @@ nothing: the public API below reaches the session lazily.
 from __future__ import annotations
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "step"]
+__all__ = ["__version__", "mstx", "step"]
+
+
+def __getattr__(name: str) -> object:
+    # ``import jobprof; jobprof.mstx.mark(...)`` without paying for the submodule at start-up
+    if name == "mstx":
+        import importlib
+
+        return importlib.import_module("jobprof.mstx")
+    raise AttributeError(f"module 'jobprof' has no attribute {name!r}")
 
 
 def step() -> None:

@@ -280,6 +280,9 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
         message = _HINTS[str(key)]
     elif error.validator == "pattern":
         message = f"must match the pattern {error.validator_value}"
+    elif (error.validator == "not" and not error.absolute_path and isinstance(error.schema, Mapping)
+          and "description" in error.schema):  # a cross-key rule of a plugin, in its own words
+        return [Problem("$", error.schema["description"])]
     elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
         message = _range_message(schema["properties"].get(key), error.schema)
     elif error.validator == "maxLength":
