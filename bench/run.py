@@ -117,10 +117,14 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(hotpath.run(args.steps, workers=args.workers))
             report["hotpath"] = result
             table += hotpath.rows(result)
+            with measured() as result:
+                result.update(hotpath.run(args.steps, workers=args.workers, options=steps.TIER_OPTIONS))
+            report["hotpath_tier"] = result
+            table += hotpath.rows(result)
     except (HarnessError, RuntimeError) as exc:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
-    for name in ("startup", "steps", "tier", "dp", "mstx", "hotpath"):
+    for name in ("startup", "steps", "tier", "dp", "mstx", "hotpath", "hotpath_tier"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work

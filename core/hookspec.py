@@ -105,12 +105,20 @@ def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str
     atomically under ``device_<id>/data/`` and passes them to writers.  A stream belongs to the
     first plugin that returns it.
 
+    To keep the training thread free, a stream's value may instead be a zero-argument callable
+    returning that list: the core calls it on the ``jobprof-sink`` thread within 0.1 s (and
+    before ``jobprof_session_end`` at exit), iteration by iteration, in order.  Meanwhile the
+    collector keeps collecting, so the callable must select by the iteration's times and be
+    safe against the threads that feed the collector.  If it raises, the plugin is disabled.
+
     Example::
 
         @hookimpl
         def jobprof_iteration_end(session, iteration):
             sampler = session.attached("gpu_temp")
             return {"gpu_temp": sampler.take_between(iteration.start_ns, iteration.end_ns)}
+            # or, deferred to the sink thread:
+            # return {"gpu_temp": functools.partial(sampler.take_until, iteration.end_ns)}
     """
 
 

@@ -218,6 +218,13 @@ class PluginManager:
                 if self.pm.has_plugin(returned[i][0])]
 
     def _priority(self, name: str) -> tuple[bool, int]:
+        key = ("<priority>", name, len(self._records))  # asked per hook call: cached
+        cached = self._impl_cache.get(key)  # type: ignore[arg-type]
+        if cached is None:
+            cached = self._impl_cache[key] = self._compute_priority(name)  # type: ignore[index]
+        return cached  # type: ignore[return-value]
+
+    def _compute_priority(self, name: str) -> tuple[bool, int]:
         record = self._records.get(name)
         order = list(self._records).index(name) if record is not None else len(self._records)
         return (record is None or record.distribution != BUILTIN_DIST, order)
@@ -323,15 +330,16 @@ def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[
     if not isinstance(result, Mapping):
         raise ContractError(f"{type(result).__name__}, not {{stream: [records]}}")
     known = (plugin, tuple(result))  # per step on the training thread: skip what passed before
-    if known in manager._valid_streams and all(type(r) is list for r in result.values()):
+    if known in manager._valid_streams and all(type(r) is list or callable(r) for r in result.values()):
         return result
     with manager._lock:
         for stream, records in result.items():
             if not isinstance(stream, str) or not _STREAM_RE.match(stream) or stream == CORE_STREAM:
                 raise ContractError(f"stream name {stream!r} (must match {_STREAM_RE.pattern}, "
                                     f"not '{CORE_STREAM}')")
-            if not isinstance(records, list):
-                raise ContractError(f"{type(records).__name__} for stream '{stream}', not a list")
+            if not isinstance(records, list) and not callable(records):
+                raise ContractError(f"{type(records).__name__} for stream '{stream}', not a list "
+                                    "(or a callable returning one)")
             owner = manager._streams.setdefault(stream, plugin)
             if owner != plugin:
                 raise ContractError(f"stream '{stream}', which belongs to plugin '{owner}'")

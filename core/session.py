@@ -101,8 +101,9 @@ class Session:
         try:
             if self.sink is None and not self._go_live():
                 return
-            streams: dict[str, list[Any]] = {ITERATION_STREAM: [iteration.to_record()]}
-            # results arrive checked by the manager: {stream: [records]}, streams owned
+            streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
+            # results arrive checked by the manager: {stream: [records] or a callable building
+            # them on the sink thread}, streams owned
             for _, result in self.manager.call("jobprof_iteration_end", only_active=True,
                                                session=self, iteration=iteration):
                 streams.update(result)
@@ -124,6 +125,8 @@ class Session:
             self.state = "finished"
             if self.detector is not None:
                 self.detector.uninstall()
+            if self.sink is not None:
+                self.sink.settle()  # deferred hand-overs read collectors that session_end stops
             self.manager.call("jobprof_session_end", only_active=True, session=self)
             if self.sink is not None:
                 self.sink.close()
@@ -155,7 +158,8 @@ class Session:
                                      profdir.program_name())
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
-                             budget, self.manager.fail, self._stop, self.manager.stream_owner)
+                             budget, self.manager.fail, self._stop, self.manager.stream_owner,
+                             self.manager.is_active)
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False

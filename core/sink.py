@@ -43,10 +43,12 @@ class Sink:
                  writers: Iterable[tuple[str, WriterSpec]], budget: StorageBudget,
                  on_plugin_error: Callable[[str, str], None],
                  on_fatal: Callable[[str], None],
-                 stream_owner: Callable[[str], str | None] = lambda stream: None) -> None:
+                 stream_owner: Callable[[str], str | None] = lambda stream: None,
+                 plugin_alive: Callable[[str], bool] = lambda plugin: True) -> None:
         self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
         self.budget = budget
         self._on_plugin_error, self._on_fatal, self._stream_owner = on_plugin_error, on_fatal, stream_owner
+        self._plugin_alive = plugin_alive
         self._raw = rawstore.RawWriter(device_dir)
         self._unit = 0
         self._queued: deque[tuple[int, Mapping[str, list[Any]], frozenset[str]]] = deque()
@@ -97,12 +99,42 @@ class Sink:
                 self._flush_raw()
                 self._export_pending(throttle=True)
 
+    def settle(self) -> None:
+        """Build every deferred record list now (at exit, before the plugins' session_end)."""
+        with self._work_lock:
+            for index, streams, _ in list(self._queued):
+                self._resolve(index, streams)
+
+    def _resolve(self, index: int, streams: Mapping[str, Any]) -> None:
+        """Replace the callables a plugin returned for a stream by the list they build."""
+        for stream, records in list(streams.items()):
+            if type(records) is list or not callable(records):
+                continue
+            owner = self._stream_owner(stream)
+            if owner is not None and not self._plugin_alive(owner):
+                del streams[stream]  # type: ignore[attr-defined]
+                continue  # failed since: it gets nothing more
+            try:
+                built = records()
+                if not isinstance(built, list):
+                    raise TypeError(f"returned {type(built).__name__}, not a list")
+                if built:
+                    streams[stream] = built  # type: ignore[index]
+                else:  # nothing this iteration: no empty stream in the raw line
+                    del streams[stream]  # type: ignore[attr-defined]
+            except Exception as exc:
+                del streams[stream]  # type: ignore[attr-defined]
+                self._on_plugin_error(owner or stream, f"deferred records of stream '{stream}' (iteration "
+                                             f"{index}): {type(exc).__name__}: {exc}")
+
     def _flush_raw(self) -> None:
         if self.failed or not self._queued:
             return
         batch = []
         while self._queued:
             batch.append(self._queued.popleft())
+        for index, streams, _ in batch:
+            self._resolve(index, streams)
         try:
             placed = self._raw.append_many([(i, s) for i, s, _ in batch], self._bad_stream)
             for (index, _, active), where in zip(batch, placed, strict=True):

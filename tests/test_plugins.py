@@ -95,6 +95,29 @@ def jobprof_iteration_end(iteration):
     return {"partial": [{"iteration": iteration.index}]}
 """
 
+# records built later, on the sink thread: a callable instead of the list
+DEFERRED = """
+import functools, threading
+from jobprof.hookspec import hookimpl
+
+def build(session, index, end_ns):
+    thread = threading.current_thread().name
+    session.attached("deferred")["built"].append(index)
+    return [{"iteration": index, "thread": thread, "end_ns": end_ns}] if index != 2 else []
+
+@hookimpl
+def jobprof_session_start(session):
+    session.attach("deferred", {"built": []})
+
+@hookimpl
+def jobprof_iteration_end(session, iteration):
+    return {"deferred": functools.partial(build, session, iteration.index, iteration.end_ns)}
+
+@hookimpl
+def jobprof_session_end(session):
+    session.reporter.info(f"deferred: built before session_end: {session.attached('deferred')['built']}")
+"""
+
 # a module with an import-time side effect: it must never be imported when disabled
 SIDE_EFFECT = f"""
 from pathlib import Path
@@ -184,6 +207,18 @@ BROKEN: dict[str, tuple[str, str]] = {
         def jobprof_iteration_end(iteration):
             return {"not_json": [{"when": object()}]}  # cannot be stored: only this stream goes
         """, "stream 'not_json' is not JSON-serialisable: Object of type object"),
+    "deferred_raises": ("""
+        from jobprof.hookspec import hookimpl
+
+        def build(index):
+            if index == 3:
+                raise KeyError("lost the sensor")
+            return [{"iteration": index}]
+
+        @hookimpl
+        def jobprof_iteration_end(iteration):
+            return {"deferred_raises": lambda: build(iteration.index)}
+        """, "deferred records of stream 'deferred_raises' (iteration 3): KeyError: 'lost the sensor'"),
     "end_raises": ("""
         from jobprof.hookspec import hookimpl
 
@@ -262,8 +297,9 @@ def build_dists(base: Path) -> dict[str, Path]:
     """Every test-local distribution, one PYTHONPATH root each (for a fixed sys.path order)."""
     return {
         "good": make_dist(base / "good", "jobprof-good-plugin",
-                          {"good_plugin": GOOD, "partial_plugin": PARTIAL},
-                          {"good": "good_plugin", "partial": "partial_plugin"}, version="2.3.1"),
+                          {"good_plugin": GOOD, "partial_plugin": PARTIAL, "deferred_plugin": DEFERRED},
+                          {"good": "good_plugin", "partial": "partial_plugin", "deferred": "deferred_plugin"},
+                          version="2.3.1"),
         "side": make_dist(base / "side", "jobprof-side-effect", {"side_effect": SIDE_EFFECT},
                           {"side_effect": "side_effect"}, version="0.4"),
         "broken": make_dist(base / "broken", "jobprof-broken",
@@ -351,6 +387,21 @@ def test_partial_argument_implementations_are_called(good_job):
     assert "disabled" not in proc.stderr and "warning" not in proc.stderr
 
 
+def test_deferred_records_are_built_off_the_training_thread_in_order(good_job):
+    runner, proc = good_job
+    device = runner.device_dir()
+    # iteration 2 built an empty list: nothing stored for it
+    assert raw_iterations(device, "deferred") == [1, 3, 4, 5]
+    for i in (1, 3, 4, 5):
+        (record,) = raw(device)[i]["deferred"]
+        assert record["iteration"] == i
+        assert record["end_ns"] == raw(device)[i]["iteration"][0]["end_ns"]
+        # the sink thread, or the main thread settling the last ones at exit; never inline
+        assert record["thread"] in ("jobprof-sink", "MainThread")
+    # every deferred list was built before the plugin's session_end ran, in iteration order
+    assert f"deferred: built before session_end: {list(range(1, ITERATIONS + 1))}" in proc.stderr
+
+
 def test_offline_export_renders_third_party_files(good_job, dists):
     runner, _ = good_job
     device = runner.device_dir()
@@ -412,6 +463,7 @@ def test_failing_hooks_stop_their_plugin_only(broken_job):
     assert raw_iterations(device, "exits_in_hook") == [1, 2]  # sys.exit at 3 was contained
     assert raw_iterations(device, "start_raises") == []  # failed before the first iteration
     assert raw_iterations(device, "end_raises") == list(range(1, ITERATIONS + 1))
+    assert raw_iterations(device, "deferred_raises") == [1, 2]  # its callable raised at 3
     assert not list((device / "summary").glob("render_raises_*"))
     for never in ("misspelled", "extra_arg", "dup_b"):
         assert raw_iterations(device, never) == []

@@ -12,6 +12,7 @@ data with AI CPU data), and ``"dp": "off"`` turns it off even then.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from jobprof.hookspec import hookimpl
@@ -48,9 +49,9 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, list]:
-    records = session.attached(STREAM).take(iteration.end_ns)
-    return {STREAM: records} if records else {}
+def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any]:
+    # built on the core's sink thread: the training thread only creates the partial
+    return {STREAM: partial(session.attached(STREAM).take, iteration.end_ns)}
 
 
 @hookimpl
@@ -58,6 +59,9 @@ def jobprof_session_end(session: Any) -> None:
     collector = session.attached(STREAM)
     collector.uninstall()
     lost = sum(collector.dropped.values())
+    if collector.overflow:
+        session.reporter.warning(f"dp: {collector.overflow} DataLoader record(s) were not kept: more than "
+                                 "100,000 were waiting for an iteration to end")
     if lost:
         session.reporter.warning(f"dp: {lost} DataLoader worker record(s) were dropped because the "
                                  "profiled process read them too slowly; the loop-side records are complete")

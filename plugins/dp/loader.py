@@ -12,7 +12,8 @@ Patches, at class level so iterators and loaders that already exist are covered 
   install them through their own (inert) jobprof session.
 
 The training thread only appends one tuple per batch; records are built in
-:meth:`LoaderCollector.take`, at the iteration's end.
+:meth:`LoaderCollector.take`, which the core runs on its sink thread shortly after the iteration
+ends (a deferred hand-over), so it selects by time and pops from thread-safe deques.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,9 @@ from jobprof.plugins.dp import fetch
 from jobprof.plugins.dp.channel import Receiver
 
 _now = time.monotonic_ns
+#: batches remembered while no iteration takes them (a loop that never ends an iteration, or a
+#: stopped session); beyond it batches are counted, not kept
+MAX_PENDING = 100_000
 
 
 def buffered(it: Any) -> int | None:
@@ -50,12 +54,13 @@ class LoaderCollector:
         self._by_id: dict[int, int] = {}  # samplers that cannot be weakly referenced
         self.names: dict[int, dict[str, Any]] = {}  # loader index -> description
         self._seeds: dict[int, int] = {}  # iterator base seed -> loader index
-        self._batches: list[tuple] = []  # appended by the training thread
+        self._batches: deque[tuple] = deque()  # appended by the loop's thread(s)
         self._fetches: list[tuple[int, ...]] = []  # appended by the receiver thread
         self._receiver: Receiver | None = None
         self._lock = threading.Lock()
         self._restore: list[tuple[Any, str, Any]] = []
         self.dropped: dict[int, int] = {}  # worker pid -> records lost on the way
+        self.overflow = 0  # batches not kept: MAX_PENDING were waiting
         self.link = fetch.WorkerLink()
 
     # -- install ---------------------------------------------------------------------------
@@ -111,8 +116,11 @@ class LoaderCollector:
                 collate = getattr(getattr(it, "_dataset_fetcher", None), "collate_fn", None)
                 if type(collate) is fetch.TimedCollate and collate.end >= start:
                     produced = collate.stamps()
-            self._batches.append((loader, it._num_yielded, start, end, before, after, worker,
-                                  native_id(), produced))
+            if len(self._batches) < MAX_PENDING:
+                self._batches.append((loader, it._num_yielded, start, end, before, after, worker,
+                                      native_id(), produced))
+            else:
+                self.overflow += 1
             return data
 
         __next__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -150,15 +158,19 @@ class LoaderCollector:
     def _received(self, message: bytes) -> None:  # receiver thread
         record = fetch.parse(message)
         with self._lock:
-            self._fetches.append(record)
+            if len(self._fetches) < MAX_PENDING:
+                self._fetches.append(record)
+            else:
+                self.overflow += 1
 
     # -- iteration end ---------------------------------------------------------------------
     def take(self, end_ns: int) -> list[dict[str, Any]]:
         """The records of everything that happened up to ``end_ns``, oldest first."""
-        batches, self._batches = self._batches, []
-        keep = [b for b in batches if b[2] > end_ns]
-        if keep:  # a burst of confirmed iterations: later batches belong to later ones
-            self._batches[:0] = keep
+        pending, batches = self._batches, []
+        # one consumer (in order), producers only append: peek-then-pop is safe; later batches
+        # (a burst of iterations confirmed together) stay for the next call
+        while pending and pending[0][2] <= end_ns:
+            batches.append(pending.popleft())
         with self._lock:
             fetches, self._fetches = self._fetches, []
             mine = [f for f in fetches if f[6] <= end_ns]
@@ -167,8 +179,6 @@ class LoaderCollector:
         records: list[dict[str, Any]] = []
         used: Counter[int] = Counter()
         for loader, number, start, end, before, after, worker, tid, produced in batches:
-            if start > end_ns:
-                continue
             used[loader] += 1
             record = {"k": "next", "l": loader, "b": number, "t0": start, "t1": end, "q0": before,
                       "q1": after, "w": worker, "tid": tid}

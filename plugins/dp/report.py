@@ -20,7 +20,7 @@ def dp_sections(profile: Any) -> list[Section]:
     rows, notes = [], []
     for device in profile.devices:
         windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
-        iteration_ns = sum(end - start for start, end in windows.values())
+        waited: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # loader, iteration
         stats: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         names: dict[int, dict[str, Any]] = {}
         for rec in profile.records("dp", device):
@@ -32,7 +32,7 @@ def dp_sections(profile: Any) -> list[Section]:
                 # the share counts waits inside iterations only (not e.g. worker start-up before
                 # the first step)
                 start, end = windows.get(rec["_iteration"], (0, 0))
-                s["waited"].append(max(0, min(rec["t1"], end) - max(rec["t0"], start)))
+                waited[rec["l"]][rec["_iteration"]] += max(0, min(rec["t1"], end) - max(rec["t0"], start))
                 if rec["q0"] is not None:
                     s["buffered"].append(rec["q0"])
                 if "f" in rec:
@@ -43,7 +43,11 @@ def dp_sections(profile: Any) -> list[Section]:
                 s["collate"].append(rec["t2"] - rec["t1"])
         for loader in sorted(stats):
             s, about = stats[loader], names.get(loader, {})
-            share = sum(s["waited"]) / iteration_ns if iteration_ns else 0.0
+            # median over the iterations that used the loader: one slow start (spawned workers
+            # importing torch) must not decide the verdict of a whole run
+            shares = [w / (windows[i][1] - windows[i][0]) for i, w in waited[loader].items()
+                      if i in windows and windows[i][1] > windows[i][0]]
+            share = statistics.median(shares) if shares else 0.0
             buffered = f"{statistics.median(s['buffered']):g}" if s["buffered"] else "N/A"
             verdict = "data-bound" if share >= DATA_BOUND_SHARE else "keeps up"
             rows.append([device, f"loader{loader}", about.get("dataset", "?"), about.get("workers", "?"),
@@ -57,10 +61,11 @@ def dp_sections(profile: Any) -> list[Section]:
                            f"{about['workers']} workers were busy" if buffered == "0"
                            else f"median buffered at request {buffered}")
                 notes.append(f"device {device} loader{loader}: data-bound, the loop waited for the "
-                             f"DataLoader in {100 * share:.0f}% of iteration time; {why}; more workers "
+                             f"DataLoader in {100 * share:.0f}% of iteration time (median over "
+                             f"{len(shares)} iterations); {why}; more workers "
                              "or a cheaper dataset/transform would help")
     if not rows:
         return []
     return [Section("DataLoader (median per batch, ms)",
-                    ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter",
+                    ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter (median)",
                      "fetch", "collate", "buffered at request", "verdict"], rows, notes)]

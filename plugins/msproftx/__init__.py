@@ -17,6 +17,7 @@ ones are named in a warning (stderr and ``info.json``'s ``jobprof.messages``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from jobprof.hookspec import hookimpl
@@ -69,10 +70,10 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, list] | None:
-    records = session.attached(STREAM).take(iteration.index, iteration.start_ns,
-                                                   iteration.end_ns)
-    return {STREAM: records} if records else None
+def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any]:
+    # built on the core's sink thread (take() selects by end time; threads only append)
+    return {STREAM: partial(session.attached(STREAM).take, iteration.index, iteration.start_ns,
+                            iteration.end_ns)}
 
 
 @hookimpl

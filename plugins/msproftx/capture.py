@@ -29,22 +29,25 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
     """Record every ``with record_function(name)`` (and its decorator form) as a range.
 
     A decorated function reuses one object for every call, possibly recursively or on several
-    threads at once, so the object keeps a small list of (thread, id) and ``__exit__`` ends
-    the newest enter of its own thread.  Ranges, not push/pop: an ``__exit__`` from another
-    thread or an interleaving coroutine still ends the right one.
+    threads at once, so the object keeps a small list of (thread, start) and ``__exit__`` ends
+    the newest enter of its own thread (an ``__exit__`` on another thread, as an interleaving
+    coroutine may do, ends the newest of any thread and is attributed to the exiting thread).
     """
     original_enter, original_exit = cls.__dict__["__enter__"], cls.__dict__["__exit__"]
+    now, span = recorder.clock, recorder.span
 
     @functools.wraps(original_enter)  # __wrapped__: TorchScript compiles the original's source
     def __enter__(self: Any) -> Any:
         result = original_enter(self)
-        range_id = recorder.range_start(RECORD_FUNCTION_DOMAIN, getattr(self, "name", "?"))
-        if range_id:
-            try:
-                opened = self.__dict__.setdefault(_OPEN, [])
-                opened.append((_thread(), range_id))
-            except Exception:
-                recorder.range_end(range_id)  # cannot pair it: better no range than a wrong one
+        # the lean path (several per step on the training thread): a stamp on the object now,
+        # one tuple into the recorder at exit; the record is built off the training thread
+        try:
+            opened = self.__dict__.get(_OPEN)
+            if opened is None:
+                opened = self.__dict__[_OPEN] = []
+            opened.append((_thread(), now()))
+        except Exception:
+            pass  # e.g. a subclass with __slots__: not recorded
         return result
 
     @functools.wraps(original_exit)
@@ -52,9 +55,10 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
         try:
             opened = self.__dict__.get(_OPEN)
             if opened:
+                end = now()
                 here = _thread()
                 index = next((i for i in range(len(opened) - 1, -1, -1) if opened[i][0] == here), -1)
-                recorder.range_end(opened.pop(index)[1])
+                span(RECORD_FUNCTION_DOMAIN, getattr(self, "name", "?"), opened.pop(index)[1], end)
         except Exception:
             pass
         return original_exit(self, *exc)

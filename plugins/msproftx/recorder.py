@@ -3,8 +3,9 @@
 Hot path (user threads): a domain check (one dict lookup), a clock read, and one append of a
 finished record to a deque (atomic under the GIL, so threads need no lock).  Open ranges
 wait in a dict by id (any thread may end them); push/pop ranges in a stack per (thread,
-domain).  :meth:`Recorder.take` runs on the training thread once per iteration and hands
-over the records that ended by the iteration's end.
+domain).  :meth:`Recorder.take` runs once per iteration, on the core's sink thread shortly
+after the iteration ended (a deferred hand-over), and hands over the records that ended by
+the iteration's end.
 
 Raw record (one compact dict per marker; times ``time.monotonic_ns()``, threads native ids)::
 
@@ -116,9 +117,9 @@ class Recorder:
         self._open: dict[int, tuple[int, str, str, int]] = {}  # id -> (start, message, domain, tid)
         self._stacks: dict[tuple[int, str], list[tuple[int, str]]] = {}
         self._overflow: dict[tuple[int, str], int] = {}  # pushes past MAX_DEPTH, owed pops
-        self._done: deque[dict[str, Any]] = deque()
+        self._done: deque[dict[str, Any] | tuple] = deque()
         self._local = threading.local()  # .tid: this thread's native id, read once per thread
-        # take() only (the training thread): finished records not yet handed over, by end time
+        # take() only (one consumer, in order): finished records not yet handed over, by end time
         self._carry: list[dict[str, Any]] = []
         self._ends = array("q")  # end ns of handed-over iterations, first is _first_index
         self._first_index = 1
@@ -157,6 +158,27 @@ class Recorder:
                 self._done.append(record)
             else:
                 self._queue_slowly(record)
+        except Exception:
+            self.errors += 1
+
+    clock = staticmethod(_now)
+
+    def span(self, domain: str, message: Any, start: int, end: int) -> None:
+        """A finished range of an allowed domain (the record_function lean path): one tuple,
+        turned into a record by :meth:`take` off the training thread."""
+        if not self.enabled:
+            return
+        try:
+            if type(message) is not str or len(message) > _SURELY_SHORT:
+                message = self._message(message)
+            try:
+                tid = self._local.tid
+            except AttributeError:
+                tid = self._local.tid = _native_id()
+            if len(self._done) < self._check_at:
+                self._done.append(("r", message, domain, start, end, tid))
+            else:
+                self._queue_slowly(("r", message, domain, start, end, tid))
         except Exception:
             self.errors += 1
 
@@ -260,7 +282,7 @@ class Recorder:
         except Exception:
             self.errors += 1
 
-    def _queue_slowly(self, record: dict[str, Any]) -> None:
+    def _queue_slowly(self, record: dict[str, Any] | tuple) -> None:
         """Rare path: the queue reached a checkpoint (no iteration took it for a while)."""
         if not self.enabled:
             return
@@ -300,7 +322,11 @@ class Recorder:
         carry = self._carry
         if done:
             for _ in range(len(done)):  # popleft: threads may append meanwhile
-                carry.append(done.popleft())
+                record = done.popleft()
+                if type(record) is tuple:  # from span()
+                    kind, message, domain, start, end, tid = record
+                    record = {"k": kind, "m": message, "d": domain, "s": start, "e": end, "t": tid}
+                carry.append(record)
             carry.sort(key=_end_key)  # nearly sorted already: linear
         cut = bisect.bisect_right(carry, end_ns, key=_end_key)
         taken = carry[:cut]
