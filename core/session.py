@@ -104,8 +104,7 @@ class Session:
             streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
             # results arrive checked by the manager: {stream: [records] or a callable building
             # them on the sink thread}, streams owned
-            for _, result in self.manager.call("jobprof_iteration_end", only_active=True,
-                                               session=self, iteration=iteration):
+            for _, result in self.manager.handover(self, iteration):
                 streams.update(result)
             self.sink.submit(iteration.index, streams, self.manager.active_set())
         except Exception as exc:

@@ -44,8 +44,9 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
         try:
             opened = self.__dict__.get(_OPEN)
             if opened is None:
-                opened = self.__dict__[_OPEN] = []
-            opened.append((_thread(), now()))
+                self.__dict__[_OPEN] = [(_thread(), now())]
+            else:
+                opened.append((_thread(), now()))
         except Exception:
             pass  # e.g. a subclass with __slots__: not recorded
         return result
@@ -57,8 +58,12 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
             if opened:
                 end = now()
                 here = _thread()
-                index = next((i for i in range(len(opened) - 1, -1, -1) if opened[i][0] == here), -1)
-                span(RECORD_FUNCTION_DOMAIN, getattr(self, "name", "?"), opened.pop(index)[1], end)
+                if opened[-1][0] == here or len(opened) == 1:  # the usual case: one enter
+                    start = opened.pop()[1]
+                else:  # recursion or interleaving on several threads: this thread's newest
+                    mine = [i for i, entry in enumerate(opened) if entry[0] == here]
+                    start = opened.pop(mine[-1] if mine else -1)[1]
+                span(RECORD_FUNCTION_DOMAIN, self.name, start, end)
         except Exception:
             pass
         return original_exit(self, *exc)

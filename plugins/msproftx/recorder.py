@@ -166,8 +166,6 @@ class Recorder:
     def span(self, domain: str, message: Any, start: int, end: int) -> None:
         """A finished range of an allowed domain (the record_function lean path): one tuple,
         turned into a record by :meth:`take` off the training thread."""
-        if not self.enabled:
-            return
         try:
             if type(message) is not str or len(message) > _SURELY_SHORT:
                 message = self._message(message)
@@ -175,7 +173,7 @@ class Recorder:
                 tid = self._local.tid
             except AttributeError:
                 tid = self._local.tid = _native_id()
-            if len(self._done) < self._check_at:
+            if len(self._done) < self._check_at and self.enabled:
                 self._done.append(("r", message, domain, start, end, tid))
             else:
                 self._queue_slowly(("r", message, domain, start, end, tid))

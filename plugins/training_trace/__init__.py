@@ -7,6 +7,7 @@ CSV and JSON files.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from jobprof.hookspec import hookimpl
@@ -42,8 +43,9 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, list]:
-    return {STREAM: [session.attached(STREAM).take(iteration)]}
+def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any]:
+    # built on the core's sink thread: the training thread only creates the partial
+    return {STREAM: partial(session.attached(STREAM).take, iteration)}
 
 
 @hookimpl

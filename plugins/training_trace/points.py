@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from collections import deque
 from typing import Any
 
 _now = time.monotonic_ns
@@ -19,10 +20,10 @@ _now = time.monotonic_ns
 class PointCollector:
     def __init__(self, fp_point: str, bp_point: str) -> None:
         self.fp_point, self.bp_point = fp_point or "", bp_point or ""
-        # hit times since the last finished iteration; a burst of confirmed tentative
-        # iterations is served from them by time range (bounded: trimmed at every take)
-        self._fp_hits: list[int] = []
-        self._bp_hits: list[int] = []
+        # hit times not yet handed over, in time order; take() (on the core's sink thread)
+        # serves each iteration by time range and pops what it used (bounded)
+        self._fp_hits: deque[int] = deque()
+        self._bp_hits: deque[int] = deque()
         self._handles: list[Any] = []
         self._roots: weakref.WeakSet = weakref.WeakSet()
         self.fp_matches = 0
@@ -60,19 +61,27 @@ class PointCollector:
         self._bp_hits.append(_now())
 
     # -- per iteration ---------------------------------------------------------------------
-    def take(self, iteration: Any) -> dict[str, Any]:
-        """The iteration's step-trace record; resets for the next iteration."""
+    def take(self, iteration: Any) -> list[dict[str, Any]]:
+        """The iteration's step-trace record (one consumer, iterations in order; the hooks
+        only append, so popping what ended by the iteration's end is thread-safe)."""
         lo, hi = iteration.start_ns, iteration.end_ns
-        fp_own = min((t for t in self._fp_hits if lo <= t <= hi), default=None)
-        bp_own = max((t for t in self._bp_hits if lo <= t <= hi), default=None)
-        self._fp_hits = [t for t in self._fp_hits if t > hi]
-        self._bp_hits = [t for t in self._bp_hits if t > hi]
-        return {
+        fp_own = bp_own = None
+        hits = self._fp_hits
+        while hits and hits[0] <= hi:
+            t = hits.popleft()
+            if t >= lo and fp_own is None:
+                fp_own = t  # the first forward of the point in the iteration
+        hits = self._bp_hits
+        while hits and hits[0] <= hi:
+            t = hits.popleft()
+            if t >= lo:
+                bp_own = t  # the last gradient of the point in the iteration
+        return [{
             "fp_start": fp_own if fp_own is not None else iteration.fp_start_ns,
             "bp_end": bp_own if bp_own is not None else iteration.bp_end_ns,
             "fp_source": "fp_point" if fp_own is not None else "auto",
             "bp_source": "bp_point" if bp_own is not None else "auto",
-        }
+        }]
 
     def remove(self) -> None:
         for handle in self._handles:
