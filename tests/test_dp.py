@@ -140,6 +140,9 @@ def test_inline_loader_fetch_time_matches_the_sleeps(inline):
 
 
 def test_every_loader_and_epoch_is_seen(inline):
+    # the workers' records went to the loop's process: no second PROF_ or device folder
+    assert sorted(p.name for p in inline.parent.iterdir()) == ["device_0"]
+    assert sorted(p.name for p in inline.parent.parent.iterdir()) == [inline.parent.name]
     nexts = records(inline, "next")
     by_loader: dict[int, int] = {}
     for r in nexts:
