@@ -25,6 +25,8 @@ from collections.abc import Callable
 
 ENV = "JOBPROF_DP_CHANNEL"
 _MAX_DATAGRAM = 512
+#: how often the receiver thread takes what the workers sent
+POLL_S = 0.05
 
 
 def _address() -> str:
@@ -52,8 +54,11 @@ class Receiver:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self._poll(0.2)  # the timeout lets close() stop the thread without a wake-up
+        # wake on a timer, not per record: a wake per batch would ask the training thread for
+        # the GIL twice a step; the socket buffer holds some hundreds of records meanwhile
+        while not self._stop.wait(POLL_S):
+            while self._poll(0):
+                pass
 
     def _poll(self, timeout: float) -> bool:
         """Serve what is ready; True if anything was."""
@@ -93,7 +98,7 @@ class Receiver:
     def close(self) -> None:
         """Stop the thread, take what the workers already sent, release the socket."""
         self._stop.set()
-        self._thread.join(1)
+        self._thread.join(1 + POLL_S)
         while self._poll(0):
             pass
         for key in list(self._selector.get_map().values()):
