@@ -55,15 +55,20 @@ def dp_sections(profile: Any) -> list[Section]:
                          _ms(s["collate"]), buffered, verdict])
             if verdict == "data-bound":
                 if not about.get("workers"):
-                    why = "num_workers=0: the loop fetched every batch itself"
-                else:
-                    why = (f"no batch was ready when the loop asked (median buffered {buffered}), so all "
-                           f"{about['workers']} workers were busy" if buffered == "0"
-                           else f"median buffered at request {buffered}")
+                    why = ("num_workers=0: the loop fetched every batch itself; DataLoader workers "
+                           "or a cheaper dataset/transform would help")
+                elif buffered == "0":
+                    why = (f"no batch was ready when the loop asked (median buffered 0), so all "
+                           f"{about['workers']} workers were busy; more workers or a cheaper "
+                           "dataset/transform would help")
+                else:  # batches were waiting, yet next() took time: the hand-over is the cost
+                    why = (f"batches were ready when the loop asked (median buffered {buffered}), so "
+                           "the wait is the hand-over from the worker processes (unpickling, "
+                           "shared-memory tensors), not their production; fewer, larger tensors "
+                           "per batch help more than more workers")
                 notes.append(f"device {device} loader{loader}: data-bound, the loop waited for the "
                              f"DataLoader in {100 * share:.0f}% of iteration time (median over "
-                             f"{len(shares)} iterations); {why}; more workers "
-                             "or a cheaper dataset/transform would help")
+                             f"{len(shares)} iterations); {why}")
     if not rows:
         return []
     return [Section("DataLoader (median per batch, ms)",
