@@ -63,10 +63,11 @@ if __name__ == "__main__":
     elif scenario == "data_bound":  # 2 fork workers, 40 ms per batch each, ~1 ms of compute
         train(DataLoader(Slow(48, 10), batch_size=4, num_workers=2, multiprocessing_context="fork"),
               model, opt, 1)
-    elif scenario == "compute_bound":  # 2 spawn workers, 4 ms per batch, 30 ms of compute
+    elif scenario == "compute_bound":  # 2 spawn workers, 4 ms per batch, 60 ms of compute (the hand-over of a
+        # ready batch still costs a few ms here: kept well under the 10% data-bound line)
         loader = DataLoader(Slow(48, 1), batch_size=4, num_workers=2, multiprocessing_context="spawn")
         batches = iter(loader)  # the iterator, and its workers, exist before the first step
-        train(batches, model, opt, 30)
+        train(batches, model, opt, 60)
 """
 
 ON = {"training_trace": "on", "dp": "on"}
@@ -181,7 +182,7 @@ def test_compute_bound_loop_has_batches_buffered(compute_bound):
     steady = nexts[3:]
     # prefetch_factor 2 x 2 workers: the queue is full whenever the loop asks
     assert statistics.median(r["q0"] for r in steady) >= 2
-    assert statistics.median(ms(r["t1"] - r["t0"]) for r in steady) < 30 / 2
+    assert statistics.median(ms(r["t1"] - r["t0"]) for r in steady) < 60 / 4
     fetches = records(compute_bound, "fetch")  # spawned workers report through their own session
     assert len(fetches) == 12
     assert all(4 * 1 - 1 <= ms(r["t1"] - r["t0"]) <= 4 * 1 + TOLERANCE_MS for r in fetches)
