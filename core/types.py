@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import csv
+import io
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -10,6 +12,8 @@ import attrs
 
 from jobprof.clock import ClockAnchor
 
+#: what a CSV or timeline value jobprof cannot measure says
+NA = "N/A"
 #: msprof's model id for step mode: eager execution, iteration = training step.
 STEP_MODE_MODEL_ID = 4294967295
 
@@ -105,6 +109,20 @@ class ExportContext:
     def stamp(self, monotonic_ns: int) -> str:
         """Exact epoch microseconds with 3 decimals, for CSV columns."""
         return self.anchor.stamp(monotonic_ns)
+
+    def stamp_cell(self, monotonic_ns: int | None) -> str:
+        """An absolute-time CSV cell as the contract writes it: exact epoch µs and a trailing
+        TAB (spreadsheets then keep every digit), or ``N/A``."""
+        return NA if monotonic_ns is None else f"{self.anchor.stamp(monotonic_ns)}\t"
+
+    @staticmethod
+    def csv(header: Iterable[Any], rows: Iterable[Iterable[Any]]) -> str:
+        """A summary file's text: the header, then the rows (``\\n`` line ends)."""
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(header)
+        writer.writerows(rows)
+        return out.getvalue()
 
 
 @attrs.frozen

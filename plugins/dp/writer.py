@@ -18,14 +18,11 @@ collate end     the batch is ready (a worker puts it on its queue)       N/A
 
 from __future__ import annotations
 
-import csv
-import io
 from typing import Any
 
 from jobprof.timeline import HOST_LABEL, Timeline
-from jobprof.types import ExportContext
+from jobprof.types import NA, ExportContext
 
-NA = "N/A"
 HEADER = ["Device_id", "Timestamp(us)", "Action", "Source", "Cached Buffer Size"]
 STREAM = "dp"
 PROCESS = "DataLoader"
@@ -63,13 +60,8 @@ def render_csv(ctx: ExportContext) -> str | None:
     events = rows(ctx)
     if not events:
         return None
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(HEADER)
-    for ns, action, source, buffered in events:
-        writer.writerow([ctx.device_id, f"{ctx.stamp(ns)}\t", action, source,
-                         NA if buffered is None else buffered])
-    return out.getvalue()
+    return ctx.csv(HEADER, ([ctx.device_id, ctx.stamp_cell(ns), action, source, _na(buffered)]
+                            for ns, action, source, buffered in events))
 
 
 def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:

@@ -6,18 +6,15 @@ Device columns to markers placed on a device stream; jobprof has neither, so the
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from typing import Any
 
 from jobprof.plugins.msproftx.lanes import assign_lanes, lane_name, lane_tid
 from jobprof.timeline import HOST_LABEL, Timeline
-from jobprof.types import ExportContext
+from jobprof.types import NA, ExportContext
 
 STREAM = "msproftx"
 NAME = "msprof_tx"
-NA = "N/A"
 HEADER = ["Device_id", "pid", "tid", "category", "event_type", "payload_type", "payload_value",
           "Start_time(us)", "End_time(us)", "message_type", "message", "domain",
           "Device Start_time(us)", "Device End_time(us)"]
@@ -40,15 +37,9 @@ def render_csv(ctx: ExportContext) -> str | None:
     records = _ordered(ctx)
     if not records:
         return None
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(HEADER)
-    for r in records:
-        # absolute stamps carry a trailing TAB so spreadsheets keep every digit (contract §3)
-        writer.writerow([ctx.device_id, ctx.pid, r["t"], NA, EVENT_TYPES.get(r["k"], r["k"]), NA, NA,
-                         f"{ctx.stamp(r['s'])}\t", f"{ctx.stamp(r['e'])}\t", "string", text(r["m"]),
-                         r["d"], NA, NA])
-    return out.getvalue()
+    return ctx.csv(HEADER, ([ctx.device_id, ctx.pid, r["t"], NA, EVENT_TYPES.get(r["k"], r["k"]), NA, NA,
+                             ctx.stamp_cell(r["s"]), ctx.stamp_cell(r["e"]), "string", text(r["m"]),
+                             r["d"], NA, NA] for r in records))
 
 
 def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from typing import Any
 
 from jobprof.timeline import DEVICE_PROCESS, Timeline, device_label
-from jobprof.types import ExportContext
+from jobprof.types import NA, ExportContext
 
-NA = "N/A"
 HEADER = ["Device_id", "Iteration ID", "FP Start(us)", "BP End(us)", "Iteration End(us)",
           "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)",
           "Model ID"]
@@ -37,7 +34,7 @@ def _dur(a: int | None, b: int | None) -> str:
 
 def render_csv(ctx: ExportContext) -> str:
     v = step_values(ctx)
-    stamp = lambda ns: f"{ctx.stamp(ns)}\t" if ns is not None else NA  # noqa: E731
+    stamp = ctx.stamp_cell
     row = [ctx.device_id, ctx.iteration.index, stamp(v["fp"]), stamp(v["bp"]), stamp(v["end"]),
            _dur(v["start"], v["end"]), _dur(v["fp"], v["bp"]), _dur(v["bp"], v["end"]),
            _dur(v["prev_end"], v["fp"]), ctx.iteration.model_id]
@@ -45,11 +42,7 @@ def render_csv(ctx: ExportContext) -> str:
     header = HEADER + ["Reduce Start(us)", "Reduce Duration(us)"] * len(pairs)
     for pair in pairs:
         row += [stamp(pair[0]), _dur(*pair)] if pair else [NA, NA]
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(header)
-    writer.writerow(row)
-    return out.getvalue()
+    return ctx.csv(header, [row])
 
 
 def render_json(ctx: ExportContext) -> str:
