@@ -15,15 +15,18 @@ from collections import deque
 from typing import Any
 
 _now = time.monotonic_ns
+#: hits remembered while no iteration takes them
+MAX_PENDING = 100_000
 
 
 class PointCollector:
     def __init__(self, fp_point: str, bp_point: str) -> None:
         self.fp_point, self.bp_point = fp_point or "", bp_point or ""
         # hit times not yet handed over, in time order; take() (on the core's sink thread)
-        # serves each iteration by time range and pops what it used (bounded)
-        self._fp_hits: deque[int] = deque()
-        self._bp_hits: deque[int] = deque()
+        # serves each iteration by time range and pops what it used; maxlen bounds a session
+        # whose hand-overs stopped (disk full): the oldest hits go first
+        self._fp_hits: deque[int] = deque(maxlen=MAX_PENDING)
+        self._bp_hits: deque[int] = deque(maxlen=MAX_PENDING)
         self._handles: list[Any] = []
         self._roots: weakref.WeakSet = weakref.WeakSet()
         self.fp_matches = 0
