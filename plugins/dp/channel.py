@@ -49,6 +49,7 @@ class Receiver:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._sock, selectors.EVENT_READ)
         self._stop = threading.Event()
+        self._poll_lock = threading.Lock()  # the thread and drain() callers share the selector
         os.environ[ENV] = f"{os.getpid()}:{self.address.lstrip(chr(0))}:{int(self.address[0] == chr(0))}"
         self._thread = threading.Thread(target=self._run, name="jobprof-dp-receiver", daemon=True)
         self._thread.start()
@@ -57,6 +58,11 @@ class Receiver:
         # wake on a timer, not per record: a wake per batch would ask the training thread for
         # the GIL twice a step; the socket buffer holds some hundreds of records meanwhile
         while not self._stop.wait(POLL_S):
+            self.drain()
+
+    def drain(self) -> None:
+        """Take everything the workers have sent so far (any thread; one at a time)."""
+        with self._poll_lock:
             while self._poll(0):
                 pass
 
@@ -99,8 +105,7 @@ class Receiver:
         """Stop the thread, take what the workers already sent, release the socket."""
         self._stop.set()
         self._thread.join(1 + POLL_S)
-        while self._poll(0):
-            pass
+        self.drain()
         for key in list(self._selector.get_map().values()):
             key.fileobj.close()
         self._selector.close()

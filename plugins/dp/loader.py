@@ -166,6 +166,9 @@ class LoaderCollector:
     # -- iteration end ---------------------------------------------------------------------
     def take(self, end_ns: int) -> list[dict[str, Any]]:
         """The records of everything that happened up to ``end_ns``, oldest first."""
+        receiver = self._receiver
+        if receiver is not None:  # a batch dequeued by end_ns was sent before it was queued
+            receiver.drain()
         pending, batches = self._batches, []
         # one consumer (in order), producers only append: peek-then-pop is safe; later batches
         # (a burst of iterations confirmed together) stay for the next call
