@@ -56,14 +56,6 @@ def _start(domain: str, message: Any) -> int:
     return 0
 
 
-def _end(range_id: int) -> None:
-    session = _state.SESSION
-    if session is not None and range_id:
-        recorder = session.attached(RECORDER)
-        if recorder is not None:
-            recorder.range_end(range_id)
-
-
 def mark(message: Any, stream: Any = None) -> None:
     """Record an instant (a zero-duration marker) in the ``default`` domain."""
     session = _state.SESSION
@@ -90,6 +82,9 @@ def range_end(range_id: int) -> None:
         recorder = session.attached(RECORDER)
         if recorder is not None:
             recorder.range_end(range_id)
+
+
+_end = range_end  # ids carry no domain: every domain ends its ranges the same way
 
 
 def push(message: Any) -> None:
