@@ -20,7 +20,7 @@ from jobprof.clock import ClockAnchor
 from jobprof.fsio import atomic_write
 from jobprof.manager import PluginManager
 from jobprof.profdir import DEVICE_RE
-from jobprof.types import Config, ExportContext, Iteration, WriterSpec
+from jobprof.types import Config, ExportContext, Iteration, MetricSet, WriterSpec
 
 
 @attrs.frozen
@@ -32,6 +32,9 @@ class DeviceMeta:
     anchor: ClockAnchor
     config: Config | None
     program: str = ""
+    #: the calibration the profiled process recorded (info.json ``jobprof.calibration``)
+    machine: Mapping[str, Any] = attrs.field(factory=dict)
+    metrics: MetricSet | None = None
 
 
 #: the name writers of the core itself are listed under (the master timeline)
@@ -53,7 +56,7 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
     """Write every writer's file for one iteration; returns (path, bytes) per file."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
     ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
-                        meta.program)
+                        meta.program, meta.metrics, meta.machine)
     written = []
     for plugin, spec in writers:
         try:
@@ -76,7 +79,15 @@ def read_meta(device_dir: Path) -> DeviceMeta:
     options = info.get("jobprof", {}).get("options")
     config = Config(options, explicit=info.get("jobprof", {}).get("explicit", [])) if options else None
     return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config,
-                      str(info.get("pid_name", "")))
+                      str(info.get("pid_name", "")), info.get("jobprof", {}).get("calibration") or {})
+
+
+def with_metrics(meta: DeviceMeta, manager: PluginManager) -> DeviceMeta:
+    """The device's metadata with the metric set its options chose (``aic_metrics``)."""
+    if meta.config is None:
+        return meta
+    answer = manager.metric_set(meta.config.get("aic_metrics"))
+    return attrs.evolve(meta, metrics=answer[1]) if answer else meta
 
 
 @attrs.frozen
@@ -96,6 +107,7 @@ def export_device(device_dir: Path, manager: PluginManager,
         return ExportResult(device_dir, 0, 0, (f"{device_dir}: unreadable metadata ({exc})",))
     for sub in ("timeline", "summary"):
         (device_dir / sub).mkdir(exist_ok=True)
+    meta = with_metrics(meta, manager)
     writers = writers_for(manager, meta.config)
     problems: list[str] = []
     files = iterations = 0

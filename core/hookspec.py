@@ -14,6 +14,7 @@ Lifecycle of one profiled process::
                    jobprof_iteration_end(session, iteration)   after each finished iteration
                    jobprof_session_end(session)        at exit, SIGTERM or uncaught exception
     export         jobprof_writers(config)             by the exporter (in-process and `jobprof export`)
+                   jobprof_aic_metrics(name)           once per export: the chosen metric group
                    jobprof_timeline(ctx, timeline)     per iteration, for the master timeline
     reporting      jobprof_report_sections(profile)    by `jobprof summary`
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from jobprof.profile import Profile
     from jobprof.session import Session
     from jobprof.timeline import Timeline
-    from jobprof.types import Config, ExportContext, Iteration, Section, WriterSpec
+    from jobprof.types import Config, ExportContext, Iteration, MetricSet, Section, WriterSpec
 
 PROJECT = "jobprof"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -154,6 +155,28 @@ def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
         def jobprof_writers(config):
             if config is None or config.is_on("gpu_temp"):
                 return [WriterSpec("gpu_temp", "csv", render=render_csv)]
+    """
+
+
+@hookspec(firstresult=True)
+def jobprof_aic_metrics(name: str) -> MetricSet | None:
+    """Return the metric set of the ``aic_metrics`` group called ``name``, or None.
+
+    Called by the exporter once per export (in the profiled process when the session starts,
+    and by ``jobprof export``) with the group the options chose (``PipeUtilization`` when
+    ``aic_metrics`` is present but empty); the first plugin that answers owns the group.
+    The set's ``columns`` are appended to every ``op_summary`` row; its ``values(task,
+    machine)`` fills them for one task (see :class:`~jobprof.types.MetricSet`).  A group
+    nobody answers is reported once and gets no columns.  Called whether or not the plugin is
+    configured active, like ``jobprof_writers``.
+
+    Example::
+
+        @hookimpl
+        def jobprof_aic_metrics(name):
+            if name == "Intensity":
+                return MetricSet("Intensity", ["arith_intensity"], needs_shapes=True,
+                                 values=lambda task, machine: [task.flops / task.bytes_moved])
     """
 
 

@@ -24,15 +24,16 @@ import attrs
 import pluggy
 
 from jobprof import hookspec
+from jobprof.opcapture import STREAM as OPS_STREAM
 from jobprof.rawstore import ITERATION_STREAM
 from jobprof.reporter import REPORTER, Reporter
-from jobprof.types import PluginRecord, Section, WriterSpec
+from jobprof.types import MetricSet, PluginRecord, Section, WriterSpec
 
 GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
 BUILTIN_DIST = "jobprof"
-#: the core's own raw stream; no plugin may write it
-CORE_STREAM = ITERATION_STREAM
+#: the core's own raw streams (iterations, operators); no plugin may write them
+CORE_STREAMS = frozenset({ITERATION_STREAM, OPS_STREAM})
 _STREAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _HOOKS = frozenset(n for n in dir(hookspec) if n.startswith("jobprof_"))
 
@@ -217,6 +218,15 @@ class PluginManager:
         return [(returned[i][0], checked[i]) for i in sorted(checked)
                 if self.pm.has_plugin(returned[i][0])]
 
+    def metric_set(self, name: str | None) -> tuple[str, MetricSet] | None:
+        """The plugin answering ``jobprof_aic_metrics(name)`` first (built-ins first), and its
+        set; None when ``name`` is None or nobody answers."""
+        if not name:
+            return None
+        answers = self.call("jobprof_aic_metrics", name=name)
+        answers.sort(key=lambda pair: self._priority(pair[0]))
+        return answers[0] if answers else None
+
     def handover(self, session: Any, iteration: Any) -> list[tuple[str, Mapping[str, Any]]]:
         """``jobprof_iteration_end`` on every active plugin: the training thread's hot path.
 
@@ -359,9 +369,9 @@ def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[
         return result
     with manager._lock:
         for stream, records in result.items():
-            if not isinstance(stream, str) or not _STREAM_RE.match(stream) or stream == CORE_STREAM:
+            if not isinstance(stream, str) or not _STREAM_RE.match(stream) or stream in CORE_STREAMS:
                 raise ContractError(f"stream name {stream!r} (must match {_STREAM_RE.pattern}, "
-                                    f"not '{CORE_STREAM}')")
+                                    f"not one of the core's {sorted(CORE_STREAMS)})")
             if not isinstance(records, list) and not callable(records):
                 raise ContractError(f"{type(records).__name__} for stream '{stream}', not a list "
                                     "(or a callable returning one)")
@@ -381,6 +391,12 @@ def _check_writers(manager: PluginManager, plugin: str, result: Any) -> list[Wri
                 raise ContractError(f"writer '{spec.name}.{spec.extension}', which belongs to "
                                     f"plugin '{owner}'")
     return specs
+
+
+def _check_metrics(manager: PluginManager, plugin: str, result: Any) -> MetricSet:
+    if not isinstance(result, MetricSet):
+        raise ContractError(f"{type(result).__name__}, not a MetricSet")
+    return result
 
 
 def _check_sections(manager: PluginManager, plugin: str, result: Any) -> list[Section]:
@@ -403,6 +419,7 @@ CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
     "jobprof_iteration_end": _check_streams,
     "jobprof_writers": _check_writers,
     "jobprof_report_sections": _check_sections,
+    "jobprof_aic_metrics": _check_metrics,
 }
 
 

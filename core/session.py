@@ -16,6 +16,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from jobprof import __version__, export, profdir
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import write_with_done
 from jobprof.manager import PluginManager
+from jobprof.opcapture import STREAM as OPS_STREAM
+from jobprof.opcapture import Detail, OpCapture
 from jobprof.rawstore import ITERATION_STREAM
 from jobprof.reporter import REPORTER, Reporter
 from jobprof.sink import Sink
@@ -47,6 +50,11 @@ class Session:
         self._attached: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._previous_sigterm: Any = None
+        self._ops_detail: Detail | None = None
+        #: what plugins add to info.json's ``jobprof`` section (e.g. the calibration)
+        self.info: dict[str, Any] = {}
+        #: the operator capture, when some plugin asked for operators
+        self.ops: OpCapture | None = None
         manager.on_fail = self._end_failed_plugin
         os.register_at_fork(after_in_child=self._forked)
 
@@ -64,6 +72,16 @@ class Session:
             self.detector.root_listeners.append(listener)
             for root in list(self.detector.roots):
                 listener(root)
+
+    def request_ops(self, shapes: bool = False, flops: bool = False) -> None:
+        """Ask for the operators of every iteration (stream ``ops``, see :mod:`jobprof.opcapture`).
+
+        Call from ``jobprof_session_start``; the capture serves every plugin that asked, at the
+        most detail any of them needs.  ``shapes``: input shapes, dtypes and strides;
+        ``flops``: Kineto's FLOP estimate.  CUDA kernels are recorded whenever CUDA is there.
+        """
+        wanted = Detail(shapes, flops)
+        self._ops_detail = wanted if self._ops_detail is None else self._ops_detail.merge(wanted)
 
     @property
     def iteration_method(self) -> str | None:
@@ -88,7 +106,24 @@ class Session:
             return
         self.state = "collecting"
         self.manager.call("jobprof_session_start", only_active=True, session=self)
+        if self._ops_detail is not None:
+            self._install_ops(torch)
         self._install_sigterm()
+
+    def _install_ops(self, torch: Any) -> None:
+        try:
+            cuda = bool(torch.cuda.is_available())
+        except Exception:
+            cuda = False
+        detail = Detail(self._ops_detail.shapes, self._ops_detail.flops, cuda)
+        try:
+            self.ops = OpCapture(torch, detail, self.reporter.warning)
+        except Exception as exc:  # a torch without the profiler API we use
+            self.reporter.warning(f"operator capture unavailable on torch {torch.__version__}: {exc!r}")
+            return
+        # started at the first root forward: DataLoader workers never run one, and nothing
+        # before it belongs to an iteration
+        self.on_root_module(lambda module: self.ops.start())
 
     def explicit_step(self) -> None:
         if self.detector is not None and self.state == "collecting":
@@ -97,11 +132,17 @@ class Session:
     def on_iteration(self, iteration: Iteration) -> None:
         """Called by the detector on the training thread; cheap, never raises."""
         if self.state != "collecting" or os.getpid() != self.pid:
+            if self.state == "stopped" and self.ops is not None and os.getpid() == self.pid:
+                self.ops.stop()  # on the training thread: Kineto must not be stopped under it
             return
         try:
             if self.sink is None and not self._go_live():
                 return
             streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
+            ops = self.ops
+            if ops is not None and ops.state == "capturing":
+                ops.cut(iteration.end_ns)
+                streams[OPS_STREAM] = partial(ops.take, iteration.start_ns, iteration.end_ns)
             # results arrive checked by the manager: {stream: [records] or a callable building
             # them on the sink thread}, streams owned
             for _, result in self.manager.handover(self, iteration):
@@ -126,6 +167,8 @@ class Session:
                 self.detector.uninstall()
             if self.sink is not None:
                 self.sink.settle()  # deferred hand-overs read collectors that session_end stops
+            if self.ops is not None:
+                self.ops.stop()
             self.manager.call("jobprof_session_end", only_active=True, session=self)
             if self.sink is not None:
                 self.sink.close()
@@ -153,8 +196,14 @@ class Session:
             preferred, self.device_source = profdir.preferred_device_id(torch)
             self.device_id, self.device_dir = profdir.claim_device_dir(self.job_dir, preferred)
             self._write_metadata(None)
-            meta = export.DeviceMeta(self.device_id, self.pid, self.anchor, self.config,
-                                     profdir.program_name())
+            meta = export.with_metrics(export.DeviceMeta(
+                self.device_id, self.pid, self.anchor, self.config, profdir.program_name(),
+                self.info.get("calibration") or {}), self.manager)
+            group = self.config.get("aic_metrics")
+            if group and meta.metrics is None:
+                self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "
+                                      "so op_summary gets no metric columns (`jobprof plugins` lists "
+                                      "the groups)")
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
@@ -182,6 +231,7 @@ class Session:
                 "device_id_from": self.device_source,
                 "iteration_method": self.iteration_method,
                 "plugins": self.manager.active(),
+                **self.info,
             },
         })
 
@@ -220,6 +270,8 @@ class Session:
 
     def _forked(self) -> None:
         self.state = "inert"  # the child must never act as a second copy of this session
+        if self.ops is not None:
+            self.ops.forked_child()
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():

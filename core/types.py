@@ -85,6 +85,29 @@ class Iteration:
 
 
 @attrs.frozen
+class MetricSet:
+    """One ``aic_metrics`` group: the ``op_summary`` columns it appends and how to fill them.
+
+    ``values(task, machine)`` returns one value per column for a task (a
+    :class:`jobprof.optree.Task`: name, type, duration, shapes, FLOPs, bytes moved, hardware
+    counters when the machine had them); ``machine`` is the calibration recorded in
+    ``info.json`` (measured peaks), empty when none was made.  A value nobody can measure is
+    :data:`NA`.  ``sources`` says, per column, where its value comes from (shown by ``jobprof
+    plugins`` and the README), e.g. ``{"cube_fops": "FLOPs from input shapes (exact for
+    matmul/conv)"}``.
+    """
+
+    name: str
+    columns: tuple[str, ...] = attrs.field(converter=tuple)
+    values: Callable[[Any, Mapping[str, Any]], list[Any]] = attrs.field(repr=False)
+    #: record input shapes/dtypes/strides (FLOPs and bytes are computed from them)
+    needs_shapes: bool = True
+    #: measure machine peaks once (calibration) for utilisation ratios
+    needs_peaks: bool = False
+    sources: Mapping[str, str] = attrs.field(converter=_freeze, factory=dict)
+
+
+@attrs.frozen
 class ExportContext:
     """What a writer gets to render one file for one iteration of one device."""
 
@@ -98,6 +121,13 @@ class ExportContext:
     config: Config | None = None
     #: the profiled program's name (``info.json`` pid_name), e.g. for a process label
     program: str = ""
+    #: the chosen aic_metrics group, when the options asked for one and a plugin answers
+    metrics: MetricSet | None = None
+    #: the machine calibration recorded in info.json (measured peaks), or empty
+    machine: Mapping[str, Any] = attrs.field(converter=_freeze, factory=dict)
+    #: per-iteration results shared by the writers of this iteration (e.g. the operator tree
+    #: every operator-tier writer reads; see jobprof.optree.view)
+    memo: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
 
     def records(self, stream: str) -> list[dict[str, Any]]:
         return self.streams.get(stream, [])

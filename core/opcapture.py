@@ -1,0 +1,256 @@
+"""Operator capture: PyTorch's own profiler engine (Kineto), cut into per-iteration windows.
+
+Several plugins need the operators of an iteration (task_trace, aicpu, the aic_metrics
+groups, l2), so the capture lives in the core: plugins ask for it with
+:meth:`jobprof.session.Session.request_ops` and read the ``ops`` stream at export.
+
+How it stays cheap and bounded:
+
+* Kineto records operators in C++ (RecordFunction callbacks); nothing of ours runs per op.
+* At each iteration end the training thread only swaps profiler sessions (disable, enable):
+  the same cycle ``torch.profiler`` pays per ``schedule`` step, but without its Chrome-trace
+  export.  The finished window goes to the sink thread, which reads the events (the only
+  Python-per-op work) while the model computes; the window is then freed, so the process
+  holds the raw data of about one iteration.
+* Capture starts at the first root-module forward, not at ``import torch``: a DataLoader
+  worker never runs one, and nothing before the first forward belongs to an iteration.
+
+The swap is made safe for ``record_function`` blocks that are open across it (the optimizer's
+own ``Optimizer.step#...`` block holds the iteration end, users wrap whole loops): Kineto
+crashes when a block opened under one profiler session ends under the next, so open blocks
+are ended in the old window at the cut and reopened under the same name in the new one.  The
+op trace shows such a block as two pieces split at the iteration boundary.
+
+Timestamps: Kineto stamps events on the wall clock (epoch ns); records hold
+``time.monotonic_ns()`` values like every other stream (offset measured at each cut).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+#: the core's stream of operator records (one JSON list per event, fields below)
+STREAM = "ops"
+# fields of one op record
+NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
+#: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)
+DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
+#: how many finished windows may wait for the sink thread before the oldest is dropped
+MAX_WINDOWS = 64
+
+
+@attrs.frozen
+class Detail:
+    """What the plugins asked for: the most any of them needs."""
+
+    shapes: bool = False  # input shapes, dtypes and strides (task_trace l1, metric groups)
+    flops: bool = False  # Kineto's FLOP estimate per op (cross-check of our own count)
+    cuda: bool = False  # also record CUDA kernels, memcpy and memset (CUPTI)
+
+    def merge(self, other: Detail) -> Detail:
+        return Detail(self.shapes or other.shapes, self.flops or other.flops, self.cuda or other.cuda)
+
+
+class _OpenBlocks:
+    """Tracks the ``record_function`` blocks open right now (any thread), so a cut can close
+    and reopen them.  Installed on the class: blocks created before start are covered."""
+
+    def __init__(self, cls: Any) -> None:
+        self.cls = cls
+        self.open: dict[int, Any] = {}
+        self._enter, self._exit = cls.__dict__["__enter__"], cls.__dict__["__exit__"]
+        tracker, original_enter, original_exit = self, self._enter, self._exit
+
+        def __enter__(self: Any) -> Any:
+            result = original_enter(self)
+            tracker.open[id(self)] = self
+            return result
+
+        def __exit__(self: Any, *exc: Any) -> Any:
+            tracker.open.pop(id(self), None)
+            return original_exit(self, *exc)
+
+        self._wrapped = (__enter__, __exit__)
+        cls.__enter__, cls.__exit__ = __enter__, __exit__
+
+    def remove(self) -> None:
+        enter, exit_ = self._wrapped
+        if self.cls.__dict__.get("__enter__") is enter:
+            self.cls.__enter__ = self._enter
+        if self.cls.__dict__.get("__exit__") is exit_:
+            self.cls.__exit__ = self._exit
+
+
+class OpCapture:
+    """One process's Kineto capture, cut at iteration ends (training thread) and read per
+    iteration (sink thread)."""
+
+    def __init__(self, torch: Any, detail: Detail, warn: Callable[[str], None]) -> None:
+        from torch._C._profiler import _ExperimentalConfig
+        from torch.autograd import ProfilerActivity, ProfilerConfig, ProfilerState
+
+        # Kineto logs every session start/stop on stderr; the job's output is not ours to fill
+        # (a level the user set wins)
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+        self._torch = torch
+        self.detail = detail
+        self._warn = warn
+        self._autograd = torch.autograd
+        self._ops = torch.ops.profiler
+        self._config = ProfilerConfig(ProfilerState.KINETO, detail.shapes, False, False, detail.flops,
+                                      False, _ExperimentalConfig())
+        self._activities = {ProfilerActivity.CPU}
+        if detail.cuda:
+            self._activities.add(ProfilerActivity.CUDA)
+        self.state = "idle"  # idle -> capturing -> stopped
+        self.error = ""
+        self._lock = threading.Lock()
+        self._blocks: _OpenBlocks | None = None
+        self._pid = os.getpid()
+        self._cut_ns = 0
+        #: finished windows: (Kineto result, wall-minus-monotonic offset in ns)
+        self._windows: deque[tuple[Any, int]] = deque()
+        #: converted records not yet handed over, in start order
+        self._records: deque[list[Any]] = deque()
+        self.dropped_windows = 0
+        self.outside = 0  # records that fell in no iteration (before the first one)
+
+    # -- training thread -------------------------------------------------------------------
+    def start(self) -> None:
+        """Enable Kineto (idempotent).  Called at the first root forward."""
+        with self._lock:
+            if self.state != "idle" or os.getpid() != self._pid:
+                return
+            try:
+                if self._autograd._profiler_enabled():
+                    # the user runs torch.profiler themselves: two sessions cannot coexist
+                    self._fail("torch.profiler is already running in this process; jobprof's "
+                               "operator capture stays off (the other plugins carry on)")
+                    return
+                self._blocks = _OpenBlocks(self._autograd.profiler.record_function)
+                self._enable()
+                self._cut_ns = time.monotonic_ns()
+                self.state = "capturing"
+            except Exception as exc:
+                self._fail(f"cannot start PyTorch's profiler: {type(exc).__name__}: {exc}")
+
+    def cut(self, until_ns: int) -> None:
+        """Close the window holding everything up to ``until_ns`` (an iteration end).
+
+        Iterations confirmed in a burst share one cut: a window already closed after
+        ``until_ns`` covers them.
+        """
+        if self.state != "capturing" or until_ns <= self._cut_ns or os.getpid() != self._pid:
+            return
+        with self._lock:
+            if self.state != "capturing":
+                return
+            try:
+                self._swap()
+            except Exception as exc:
+                self._fail(f"PyTorch's profiler failed at an iteration end: {type(exc).__name__}: "
+                           f"{exc}")
+
+    def stop(self) -> None:
+        """Disable Kineto for good (session end; the unfinished window is dropped)."""
+        with self._lock:
+            if self.state == "capturing" and os.getpid() == self._pid:
+                try:
+                    self._autograd._disable_profiler()
+                except Exception:
+                    pass
+            self.state = "stopped"
+            if self._blocks is not None:
+                self._blocks.remove()
+                self._blocks = None
+            self._windows.clear()
+
+    def forked_child(self) -> None:
+        """In a forked child (a DataLoader worker): stop recording there, or the child's copy
+        of the session would grow for as long as it lives.  Nothing is read or written."""
+        if self.state == "capturing":
+            self.state = "stopped"
+            try:
+                self._autograd._disable_profiler()
+            except Exception:
+                pass
+
+    def _enable(self) -> None:
+        self._autograd._prepare_profiler(self._config, self._activities)
+        self._autograd._enable_profiler(self._config, self._activities)
+
+    def _swap(self) -> None:
+        exit_op = self._ops._record_function_exit._RecordFunction
+        enter_op = self._ops._record_function_enter_new
+        blocks = list(self._blocks.open.values()) if self._blocks else []
+        for block in blocks:  # end them in the old window: Kineto cannot carry them across
+            exit_op(block.record)
+        offset = time.time_ns() - time.monotonic_ns()
+        result = self._autograd._disable_profiler()
+        self._cut_ns = time.monotonic_ns()
+        self._enable()
+        for block in blocks:  # ... and continue them, same name, in the new one
+            block.record = enter_op(block.name, block.args)
+        if len(self._windows) >= MAX_WINDOWS:
+            self._windows.popleft()
+            self.dropped_windows += 1
+        self._windows.append((result, offset))
+
+    def _fail(self, message: str) -> None:
+        if self.state == "capturing":
+            try:
+                self._autograd._disable_profiler()
+            except Exception:
+                pass
+        self.state = "stopped"
+        if self._blocks is not None:
+            self._blocks.remove()
+            self._blocks = None
+        self.error = message
+        self._warn(message)
+
+    # -- sink thread -----------------------------------------------------------------------
+    def take(self, start_ns: int, end_ns: int) -> list[list[Any]]:
+        """The records of operators that started in ``[start_ns, end_ns)``, in start order.
+
+        Called in iteration order; records before ``start_ns`` belong to no iteration.
+        """
+        while self._windows:
+            result, offset = self._windows.popleft()
+            self._records.extend(self._convert(result, offset))
+        records = self._records
+        while records and records[0][START] < start_ns:
+            records.popleft()
+            self.outside += 1
+        taken = []
+        while records and records[0][START] < end_ns:
+            taken.append(records.popleft())
+        return taken
+
+    def _convert(self, result: Any, offset: int) -> list[list[Any]]:
+        """Kineto events -> records: only the accessors the requested detail needs (each is a
+        C++ call of about 0.5 us)."""
+        shapes, flops, cuda = self.detail.shapes, self.detail.flops, self.detail.cuda
+        out = []
+        for e in result.events():
+            kind = e.activity_type()
+            start = e.start_ns() - offset
+            device, corr, link, extra = -1, 0, 0, None
+            if cuda:
+                corr = e.correlation_id()
+                if kind in DEVICE_KINDS:
+                    device, link = e.device_index(), e.linked_correlation_id()
+                    extra = e.metadata_json() or None
+            out.append([e.name(), start, e.duration_ns(), e.device_resource_id(), kind, device, corr, link,
+                        e.shapes() if shapes else None, e.dtypes() if shapes else None,
+                        e.structured_input_strides() if shapes else None,
+                        e.flops() if flops else 0, extra])
+        out.sort(key=lambda r: r[START])
+        return out
