@@ -53,9 +53,14 @@ class Detail:
     shapes: bool = False  # input shapes, dtypes and strides (task_trace l1, metric groups)
     flops: bool = False  # Kineto's FLOP estimate per op (cross-check of our own count)
     cuda: bool = False  # also record CUDA kernels, memcpy and memset (CUPTI)
+    #: CUPTI metric names measured per kernel (e.g. ``lts__t_sector_hit_rate.pct``); CUDA only.
+    #: UNVERIFIED on a GPU so far: Kineto's range-profiler mode, values land in the EXTRA field
+    cupti_metrics: tuple[str, ...] = attrs.field(converter=tuple, default=())
 
     def merge(self, other: Detail) -> Detail:
-        return Detail(self.shapes or other.shapes, self.flops or other.flops, self.cuda or other.cuda)
+        metrics = tuple(dict.fromkeys(self.cupti_metrics + other.cupti_metrics))
+        return Detail(self.shapes or other.shapes, self.flops or other.flops, self.cuda or other.cuda,
+                      metrics)
 
 
 class _OpenBlocks:
@@ -104,8 +109,11 @@ class OpCapture:
         self._warn = warn
         self._autograd = torch.autograd
         self._ops = torch.ops.profiler
+        metrics = list(detail.cupti_metrics) if detail.cuda else []
+        experimental = _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True) \
+            if metrics else _ExperimentalConfig()
         self._config = ProfilerConfig(ProfilerState.KINETO, detail.shapes, False, False, detail.flops,
-                                      False, _ExperimentalConfig())
+                                      False, experimental)
         self._activities = {ProfilerActivity.CPU}
         if detail.cuda:
             self._activities.add(ProfilerActivity.CUDA)
@@ -245,9 +253,9 @@ class OpCapture:
             device, corr, link, extra = -1, 0, 0, None
             if cuda:
                 corr = e.correlation_id()
-                if kind in DEVICE_KINDS:
+                if kind in DEVICE_KINDS or kind == "cuda_profiler_range":
                     device, link = e.device_index(), e.linked_correlation_id()
-                    extra = e.metadata_json() or None
+                    extra = e.metadata_json() or None  # kernel grid/block; CUPTI metric values
             out.append([e.name(), start, e.duration_ns(), e.device_resource_id(), kind, device, corr, link,
                         e.shapes() if shapes else None, e.dtypes() if shapes else None,
                         e.structured_input_strides() if shapes else None,

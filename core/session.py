@@ -20,6 +20,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from jobprof import __version__, export, profdir
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import write_with_done
@@ -73,14 +75,16 @@ class Session:
             for root in list(self.detector.roots):
                 listener(root)
 
-    def request_ops(self, shapes: bool = False, flops: bool = False) -> None:
+    def request_ops(self, shapes: bool = False, flops: bool = False,
+                    cupti_metrics: tuple[str, ...] = ()) -> None:
         """Ask for the operators of every iteration (stream ``ops``, see :mod:`jobprof.opcapture`).
 
         Call from ``jobprof_session_start``; the capture serves every plugin that asked, at the
         most detail any of them needs.  ``shapes``: input shapes, dtypes and strides;
-        ``flops``: Kineto's FLOP estimate.  CUDA kernels are recorded whenever CUDA is there.
+        ``flops``: Kineto's FLOP estimate; ``cupti_metrics``: CUPTI metrics per kernel (CUDA
+        only).  CUDA kernels are recorded whenever CUDA is there.
         """
-        wanted = Detail(shapes, flops)
+        wanted = Detail(shapes, flops, False, cupti_metrics)
         self._ops_detail = wanted if self._ops_detail is None else self._ops_detail.merge(wanted)
 
     @property
@@ -115,7 +119,7 @@ class Session:
             cuda = bool(torch.cuda.is_available())
         except Exception:
             cuda = False
-        detail = Detail(self._ops_detail.shapes, self._ops_detail.flops, cuda)
+        detail = attrs.evolve(self._ops_detail, cuda=cuda)
         try:
             self.ops = OpCapture(torch, detail, self.reporter.warning)
         except Exception as exc:  # a torch without the profiler API we use
