@@ -120,7 +120,10 @@ class OpCapture:
         self.state = "idle"  # idle -> capturing -> stopped
         self.error = ""
         self._lock = threading.Lock()
-        self._blocks: _OpenBlocks | None = None
+        self._restore_yield: Callable[[], None] | None = None
+        # tracked from the session's start: a block opened before the capture starts is
+        # still open at its first cut
+        self._blocks: _OpenBlocks | None = _OpenBlocks(torch.autograd.profiler.record_function)
         self._pid = os.getpid()
         self._cut_ns = 0
         #: finished windows: (Kineto result, wall-minus-monotonic offset in ns)
@@ -142,8 +145,13 @@ class OpCapture:
                     self._fail("torch.profiler is already running in this process; jobprof's "
                                "operator capture stays off (the other plugins carry on)")
                     return
-                self._blocks = _OpenBlocks(self._autograd.profiler.record_function)
+                self._install_yield()
                 self._enable()
+                # blocks the program opened before the capture started (a loop-wide block)
+                # are recorded from here on, like the ones carried across a cut
+                enter_op = self._ops._record_function_enter_new
+                for block in list(self._blocks.open.values()) if self._blocks else []:
+                    block.record = enter_op(block.name, block.args)
                 self._cut_ns = time.monotonic_ns()
                 self.state = "capturing"
             except Exception as exc:
@@ -175,10 +183,69 @@ class OpCapture:
                 except Exception:
                     pass
             self.state = "stopped"
-            if self._blocks is not None:
-                self._blocks.remove()
-                self._blocks = None
+            self._remove_wrappers()
             self._windows.clear()
+
+    def _install_yield(self) -> None:
+        """Give way when the program starts ``torch.profiler`` itself (say, for steps 10-20):
+        Kineto allows one session, and the program's must not fail because of ours.  Our
+        capture ends there (the operator files stop at that iteration) with one warning."""
+        module = self._autograd.profiler
+        capture = self
+        originals = {name: getattr(module, name) for name in ("_prepare_profiler", "_enable_profiler")
+                     if callable(getattr(module, name, None))}
+
+        def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                blocks = capture._yield()
+                result = original(*args, **kwargs)
+                if blocks:  # continue the program's open blocks under its own session
+                    enter_op = capture._ops._record_function_enter_new
+                    for block in blocks:
+                        block.record = enter_op(block.name, block.args)
+                return result
+
+            call.__wrapped__ = original  # type: ignore[attr-defined]
+            return call
+
+        for name, original in originals.items():
+            setattr(module, name, wrap(original))
+
+        def restore() -> None:
+            for name, original in originals.items():
+                if getattr(getattr(module, name, None), "__wrapped__", None) is original:
+                    setattr(module, name, original)
+
+        self._restore_yield = restore
+
+    def _yield(self) -> list[Any]:
+        """Stop capturing because the program starts its own profiler; returns the blocks
+        that were open (ended in our window, to be reopened under the program's session)."""
+        with self._lock:
+            if self.state != "capturing":
+                return []
+            blocks = list(self._blocks.open.values()) if self._blocks else []
+            exit_op = self._ops._record_function_exit._RecordFunction
+            try:
+                for block in blocks:
+                    exit_op(block.record)
+                self._autograd._disable_profiler()
+            except Exception:
+                pass
+            self.state = "stopped"
+            self._remove_wrappers()
+            self.error = ("the program started torch.profiler itself: jobprof's operator capture "
+                          "gave way (operator files end at the last iteration before it)")
+        self._warn(self.error)
+        return blocks
+
+    def _remove_wrappers(self) -> None:
+        if self._blocks is not None:
+            self._blocks.remove()
+            self._blocks = None
+        restore, self._restore_yield = self._restore_yield, None
+        if restore is not None:
+            restore()
 
     def forked_child(self) -> None:
         """In a forked child (a DataLoader worker): stop recording there, or the child's copy
@@ -218,9 +285,7 @@ class OpCapture:
             except Exception:
                 pass
         self.state = "stopped"
-        if self._blocks is not None:
-            self._blocks.remove()
-            self._blocks = None
+        self._remove_wrappers()
         self.error = message
         self._warn(message)
 

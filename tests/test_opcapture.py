@@ -1,0 +1,164 @@
+"""The core's operator capture on real jobs: every iteration gets exactly its operators, in
+every iteration-finding mode, across record_function blocks that span the cut, with forked
+DataLoader workers, and when the program starts torch.profiler itself."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import Runner, raw
+from jobprof.opcapture import KIND, NAME, SHAPES, START
+
+JOB = """
+import sys
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+a, b = torch.randn(24, 12), torch.randn(12, 8)
+MODE = sys.argv[1]
+N = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+
+def work():
+    out = model(torch.randn(8, 16)).sum()
+    for _ in range(3):  # ground truth: exactly three mm per iteration, after the forward
+        torch.mm(a, b)
+    for _ in range(2):  # and two cumsum, an operator the model itself never runs
+        torch.cumsum(a, 0)
+    return out
+
+if MODE == "optimizer":
+    for i in range(N):
+        opt.zero_grad()
+        work().backward()
+        opt.step()
+elif MODE == "backward":  # no optimizer: iterations found from backward(), confirmed in bursts
+    for i in range(N):
+        work().backward()
+elif MODE == "wrapped":  # record_function blocks open across every iteration end
+    with torch.autograd.profiler.record_function("whole-loop"):
+        for i in range(N):
+            with torch.profiler.record_function("one-step"):
+                opt.zero_grad()
+                work().backward()
+                opt.step()
+elif MODE == "user-profiler":  # the program profiles iterations 4-5 itself
+    for i in range(N):
+        if i == 3:
+            prof = torch.profiler.profile(record_shapes=True)
+            prof.__enter__()
+        opt.zero_grad()
+        work().backward()
+        opt.step()
+        if i == 4:
+            prof.__exit__(None, None, None)
+            names = {e.key for e in prof.key_averages()}
+            assert "aten::mm" in names, names
+            print("USER-PROFILER-OK")
+"""
+
+
+def _mm_counts(device_dir) -> dict[int, int]:
+    return {i: sum(1 for r in s.get("ops", []) if r[NAME] == "aten::mm" and r[SHAPES] == [[24, 12], [12, 8]])
+            for i, s in raw(device_dir).items()}
+
+
+def _jobprof_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "jobprof" in line]
+
+
+@pytest.mark.parametrize("mode", ["optimizer", "backward"])
+def test_every_iteration_gets_exactly_its_operators(runner: Runner, mode: str) -> None:
+    proc = runner.run(JOB, {"task_trace": "on"}, args=[mode, "8"])
+    assert "USDT" not in proc.stderr, "Kineto's session log must not reach the job's stderr"
+    streams = raw(runner.device_dir())
+    counts = _mm_counts(runner.device_dir())
+    # backward mode confirms its iterations in bursts, the last one at exit: all 8 are there
+    assert sorted(counts) == list(range(1, 9)), counts
+    # iteration 1 starts at the first forward: its three mm follow it, like every later one
+    assert set(counts.values()) == {3}, counts
+    for index, s in streams.items():
+        it = s["iteration"][0]
+        starts = [r[START] for r in s["ops"]]
+        assert starts == sorted(starts)
+        assert it["start_ns"] <= starts[0] and starts[-1] < it["end_ns"], index
+
+
+def test_l0_records_no_shapes(runner: Runner) -> None:
+    runner.run(JOB, {"task_trace": "l0"}, args=["optimizer", "4"])
+    ops = [r for s in raw(runner.device_dir()).values() for r in s["ops"]]
+    assert ops and all(r[SHAPES] is None for r in ops)
+    assert sum(r[NAME] == "aten::cumsum" for r in ops) == 8
+
+
+def test_blocks_open_across_the_cut_are_split_not_crashed(runner: Runner) -> None:
+    runner.run(JOB, {"task_trace": "on"}, args=["wrapped", "6"])
+    streams = raw(runner.device_dir())
+    assert set(_mm_counts(runner.device_dir()).values()) == {3}
+    for index, s in streams.items():
+        blocks = {r[NAME] for r in s["ops"] if r[KIND] == "user_annotation"}
+        # the loop-wide block is carried into every window as a piece of its own
+        assert "whole-loop" in blocks, (index, blocks)
+        assert "one-step" in blocks, (index, blocks)
+
+
+def test_program_starting_torch_profiler_wins(runner: Runner) -> None:
+    proc = runner.run(JOB, {"task_trace": "on"}, args=["user-profiler", "8"])
+    assert "USER-PROFILER-OK" in proc.stdout
+    notes = _jobprof_lines(proc.stderr)
+    assert any("torch.profiler" in line and "gave way" in line for line in notes), proc.stderr
+    counts = _mm_counts(runner.device_dir())
+    # iterations 1-3 have their operators; from the program's profiler on, none
+    assert [counts[i] for i in (1, 2, 3)] == [3, 3, 3]
+    assert all(counts.get(i, 0) == 0 for i in range(4, 9)), counts
+    assert sorted(raw(runner.device_dir())) == list(range(1, 9))  # the step trace carries on
+
+
+def test_profiler_already_running_at_first_forward(runner: Runner) -> None:
+    job = """
+    import torch
+    from torch import nn
+    model = nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with torch.profiler.profile() as prof:
+        for i in range(4):
+            opt.zero_grad(); model(torch.randn(2, 4)).sum().backward(); opt.step()
+    print("EVENTS", len(prof.events()))
+    """
+    proc = runner.run(job, {"task_trace": "on", "training_trace": "on"})
+    assert int(proc.stdout.split("EVENTS")[1]) > 0
+    assert any("already running" in line for line in _jobprof_lines(proc.stderr)), proc.stderr
+    assert all("ops" not in s for s in raw(runner.device_dir()).values())
+
+
+def test_forked_dataloader_workers_with_capture(runner: Runner) -> None:
+    job = """
+    import os, torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+    ds = TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+    loader = DataLoader(ds, batch_size=8, num_workers=2,
+                        multiprocessing_context="fork", persistent_workers=True)
+    model = nn.Linear(8, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x, y in loader:
+            opt.zero_grad(); nn.functional.mse_loss(model(x), y).backward(); opt.step()
+    print("DONE", os.getpid())
+    """
+    proc = runner.run(job, {"task_trace": "on", "training_trace": "on"})
+    assert "DONE" in proc.stdout
+    streams = raw(runner.device_dir())
+    assert len(streams) == 16
+    assert all(any(r[NAME] == "aten::addmm" for r in s["ops"]) for s in streams.values())
+    assert len(list(runner.prof_dirs()[0].glob("device_*"))) == 1
+
+
+def test_info_records_nothing_when_capture_is_off(runner: Runner) -> None:
+    runner.run(JOB, {"task_trace": "off", "training_trace": "on"}, args=["optimizer", "3"])
+    assert all("ops" not in s for s in raw(runner.device_dir()).values())
+    info = json.loads((runner.device_dir() / "info.json.0").read_text())
+    assert "task_trace" not in info["jobprof"]["plugins"]
