@@ -32,6 +32,9 @@ MSPROF_DEFAULT = {
     "aic_metrics": "PipeUtilization",
     "msproftx": "off",
 }
+#: keys a plugin fragment may widen with ``{"enum": [...]}``: a third-party aic_metrics group
+#: adds its name to the accepted values
+WIDENED_KEYS = frozenset({"aic_metrics"})
 MAX_OPTIONS_BYTES = 2047
 STORAGE_LIMIT_MIN_MB, STORAGE_LIMIT_MAX_MB = 200, 4294967295
 CUSTOM_REGISTER_RANGE = (0x1, 0x6E)
@@ -91,6 +94,11 @@ def compose(fragments: Iterable[tuple[str, Mapping[str, Any]]]) -> Composed:
                 f"plugin '{plugin}': invalid options schema: {exc.message}") from None
         for key, sub in dict(fragment.get("properties", {})).items():
             core = schema["properties"].get(key)
+            if key in WIDENED_KEYS and core is not None and set(sub) == {"enum"}:
+                # a plugin adding a metric group widens the accepted names (anyOf), where any
+                # other refinement narrows (allOf)
+                schema["properties"][key] = {"anyOf": [core, dict(sub)]}
+                continue
             schema["properties"][key] = {"allOf": [core, sub]} if core is not None else dict(sub)
             owners.setdefault(key, plugin)
         schema.setdefault("allOf", []).extend(fragment.get("allOf", []))

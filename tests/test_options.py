@@ -537,3 +537,16 @@ def test_run_profiling_mode_lookalike_hint(runner: Runner, mode: str, hints: int
             "set PROFILING_MODE=true (lower case, exactly) to profile this job\n")
     assert proc.stderr == hint * hints  # once per job: the child does not repeat it
     assert prof_dirs(runner) == []
+
+
+def test_a_plugin_can_add_a_metric_group_name(tmp_path: Path) -> None:
+    """For aic_metrics, a fragment's enum widens the accepted names (a third-party group);
+    every other refinement narrows.  A name nobody declares is still refused, in words."""
+    composed = options.compose([("intensity", {"properties": {"aic_metrics": {"enum": ["Intensity"]}}})])
+    for group in ("Intensity", "PipeUtilization", "Custom:0x1,0x2"):
+        outcome = options.load(json.dumps({"output": str(tmp_path), "aic_metrics": group}), composed)
+        assert not outcome.problems and outcome.config["aic_metrics"] == group
+    outcome = options.load(json.dumps({"output": str(tmp_path), "aic_metrics": "Intensty"}), composed)
+    [problem] = outcome.problems
+    assert problem.path == "$.aic_metrics"
+    assert "PipeUtilization" in problem.message and '"Intensity"' in problem.message
