@@ -1,0 +1,80 @@
+"""The aicpu section of ``jobprof summary``: where top-level operator time goes, per device."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from jobprof import rawstore
+from jobprof.opcapture import NAME
+from jobprof.opcapture import STREAM as OPS_STREAM
+from jobprof.optree import OpView
+from jobprof.plugins.aicpu.split import launching_tops, split
+from jobprof.types import Section
+
+TOP = 10
+#: median per-iteration dispatch share above which the operators are called framework-bound
+FRAMEWORK_BOUND_SHARE = 0.5
+
+
+def _on(profile: Any, device: int) -> bool:
+    options = profile.info(device).get("jobprof", {}).get("options", {})
+    return options.get("aicpu") not in (None, "", "off")
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}" if whole else "N/A"
+
+
+def aicpu_sections(profile: Any) -> list[Section]:
+    rows: list[list[Any]] = []
+    notes: list[str] = []
+    for device in profile.devices:
+        if not _on(profile, device):
+            continue
+        # name -> [calls, total, compute, memcpy, host-only calls]
+        per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+        shares: list[float] = []
+        for _, streams in rawstore.read(profile.path / f"device_{device}"):
+            records = streams.get(OPS_STREAM)
+            if not records:
+                continue
+            view = OpView(records)
+            launched = launching_tops(view) if view.has_device else None
+            total = dispatch = 0
+            for i in view.top:
+                s = split(view, i)
+                agg = per_op[records[i][NAME]]
+                agg[0] += 1
+                agg[1] += s.total
+                agg[2] += s.compute
+                agg[3] += s.memcpy
+                agg[4] += launched is not None and i not in launched
+                total += s.total
+                dispatch += s.dispatch
+            if total:
+                shares.append(dispatch / total)
+        if not per_op:
+            continue
+        ranked = sorted(per_op.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
+        for name, (calls, total, compute, memcpy, host) in ranked:
+            rows.append([device, name + (" [host]" if host else ""), calls, f"{total / 1e6:.3f}",
+                         f"{total / calls / 1e3:.3f}", _pct(compute, total), _pct(memcpy, total),
+                         _pct(total - compute - memcpy, total)])
+        median = statistics.median(shares) if shares else 0.0
+        if median > FRAMEWORK_BOUND_SHARE:
+            notes.append(f"device {device}: framework-bound: a median {100 * median:.0f}% of top-level "
+                         "operator time per iteration is dispatch (dispatcher, autograd bookkeeping, "
+                         "allocation, views), not compute or copies; fewer, larger operators (batching, "
+                         "fused ops, torch.compile) would cut it")
+        else:
+            notes.append(f"device {device}: median dispatch share per iteration {100 * median:.0f}% "
+                         "of top-level operator time")
+    if not rows:
+        return []
+    notes.append("shares are time-weighted over every call; '[host]': ran on the host without "
+                 "launching device work (CUDA jobs)")
+    return [Section(f"AI CPU: top {TOP} top-level operators by total time",
+                    ["device", "operator", "calls", "total (ms)", "mean (us)", "compute %", "memcpy %",
+                     "dispatch %"], rows, notes)]
