@@ -162,3 +162,18 @@ def test_host_mark_on_cuda_records():
     mm, copy = split(view, 0), split(view, 3)
     assert (mm.compute, mm.memcpy, mm.dispatch) == (70, 0, 30)  # the launch call is dispatch
     assert (copy.compute, copy.memcpy, copy.dispatch) == (0, 80, 0)  # copy_'s self + cudaMemcpyAsync
+
+
+def test_redispatched_operator_counts_once():
+    """Under a Python dispatch mode (the l2 plugin's) Kineto records ``aten::mm`` twice, nested:
+    the outer record's own time is the mode, i.e. dispatch; the work is the inner one's."""
+    from jobprof.optree import OpView
+    from jobprof.plugins.aicpu.split import split
+
+    records = [
+        ["aten::mm", 1000, 1000, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None],
+        ["aten::mm", 1100, 800, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None],
+        ["aten::resolve_conj", 1150, 10, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None],
+    ]
+    s = split(OpView(records), 0)
+    assert (s.compute, s.memcpy, s.dispatch, s.total) == (790, 0, 210, 1000)

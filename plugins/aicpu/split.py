@@ -12,8 +12,10 @@ subtree puts its self time in one bucket:
 * ``Compute``: the self time of every other dispatcher operator, except the framework ones below.
 * ``Dispatch`` (the rest: ``Total - Compute - Memcpy``): the self time of operators that do no
   work of their own (:data:`FRAMEWORK_OPS`: allocation, views and metadata, composite wrappers
-  whose body only calls other operators), of non-operator records in the subtree (CUDA launch
-  calls, synchronisation), and the time no record covers.  It is what the framework costs around
+  whose body only calls other operators; and an operator whose child is the same operator: a
+  Python dispatch mode or tensor subclass ran it again, so the outer record is that layer), of
+  non-operator records in the subtree (CUDA launch calls, synchronisation), and the time no
+  record covers.  It is what the framework costs around
   the work: dispatcher, autograd bookkeeping, allocation, views, kernel launches.
 
 Limits, stated: the autograd layer of an operator (recording the graph in forward) runs inside
@@ -108,8 +110,9 @@ def split(view: OpView, i: int) -> Split:
     records = view.records
     compute = memcpy = 0
     for j in view.subtree(i):
-        where = bucket(records[j][NAME], records[j][KIND])
-        if where == "dispatch":
+        name = records[j][NAME]
+        where = bucket(name, records[j][KIND])
+        if where == "dispatch" or _redispatched(view, j, name):
             continue
         own = max(0, view.self_ns(j))
         if where == "memcpy":
@@ -121,6 +124,14 @@ def split(view: OpView, i: int) -> Split:
     memcpy = min(memcpy, total)
     compute = min(compute, total - memcpy)
     return Split(compute, memcpy, total)
+
+
+def _redispatched(view: OpView, j: int, name: str) -> bool:
+    """The operator runs itself again one level down (a Python dispatch mode or tensor subclass
+    re-enters the dispatcher, e.g. the l2 plugin's counter mode): the outer record's own time is
+    that layer, framework time; the work is in the inner record."""
+    records = view.records
+    return any(records[c][NAME] == name for c in view.children(j))
 
 
 def launching_tops(view: OpView) -> set[int]:

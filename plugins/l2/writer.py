@@ -1,0 +1,42 @@
+"""The l2_cache CSV: one row per op_summary task of the iteration."""
+
+from __future__ import annotations
+
+from jobprof import optree
+from jobprof.plugins.l2.join import CACHE_SOURCES, counts_per_task, cupti_hit_rate, hit_rate, ratio_cell
+from jobprof.types import NA, ExportContext
+
+HEADER = ["Device_id", "Stream Id", "Task Id", "Hit Rate", "Victim Rate", "Op Name"]
+#: per-operator counter records (jobprof.plugins.l2.counting)
+STREAM = "l2"
+#: one record per iteration: {"events": [counter names], "source": "LLC" | "CACHE_GENERIC" | "software"}
+EVENTS_STREAM = "l2_events"
+
+
+def render_csv(ctx: ExportContext) -> str | None:
+    """Hit Rate from the task's counters (CPU) or its kernel's CUPTI metric (CUDA).
+
+    Victim Rate is N/A everywhere: perf's cache events count accesses and misses, not the
+    evictions a miss causes, and no eviction metric is asked of CUPTI.  In the diagnostic
+    ``software`` mode the counters are not cache events: every rate is N/A (the raw ``l2``
+    stream holds the values).  No file when the iteration has no L2 source (counters missing).
+    """
+    view = optree.view(ctx)
+    if view is None:
+        return None
+    meta = ctx.records(EVENTS_STREAM)
+    rows = []
+    if meta:
+        cache = meta[0].get("source") in CACHE_SOURCES
+        counts = counts_per_task(view.tasks, ctx.records(STREAM)) if cache else {}
+        for task in view.tasks:
+            values = counts.get(task.index)
+            rate = hit_rate(values[0], values[1]) if values else None
+            rows.append([ctx.device_id, task.stream, task.task_id, ratio_cell(rate), NA, task.name])
+    elif view.has_device:
+        for task in view.tasks:
+            rows.append([ctx.device_id, task.stream, task.task_id, ratio_cell(cupti_hit_rate(task.extra)),
+                         NA, task.name])
+    else:
+        return None
+    return ctx.csv(HEADER, rows)
