@@ -1,6 +1,7 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
-    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx] [--json out.json]
+    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx|optier|optier-memory|export]
+                        [--json out.json]
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -21,8 +22,10 @@ from importlib import metadata
 from typing import Any
 
 import dp
+import export_rate
 import hotpath
 import mstx
+import optier
 import startup  # bench/ is sys.path[0] when run as a script
 import steps
 from common import HarnessError, cpu_snapshot, foreign_share
@@ -58,8 +61,9 @@ def measured() -> Iterator[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
-    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx"],
-                        help="run one benchmark")
+    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "optier",
+                                           "optier-memory", "export"],
+                        help="run one benchmark (optier-memory: full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
                         help="starts per case (default 40, quick 20, at least 20)")
@@ -69,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-options", type=json.loads, metavar="JSON",
                         help="PROFILING_OPTIONS of the profiled arm, without output (to locate "
                         f"an overhead; default {json.dumps(steps.OPTIONS)})")
+    parser.add_argument("--optier-repeats", type=int, help="optier rounds of 4 arms (default 7, quick 2)")
+    parser.add_argument("--optier-steps", type=int, help=f"steps per optier run (default {optier.STEPS}, "
+                        "quick 60)")
+    parser.add_argument("--optier-metrics", action="store_true",
+                        help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
+                        "with_flops (needs a plugin answering that group)")
+    parser.add_argument("--export-iterations", type=int,
+                        help="iterations of the profile export re-renders (default 100, quick 30)")
     args = parser.parse_args(argv)
 
     report: dict[str, Any] = {"machine": machine(), "mode": "quick" if args.quick else "full"}
@@ -121,10 +133,31 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(hotpath.run(args.steps, workers=args.workers, options=steps.TIER_OPTIONS))
             report["hotpath_tier"] = result
             table += hotpath.rows(result)
+        if args.only in (None, "optier"):
+            n = max(args.optier_repeats or (2 if args.quick else 7), 2)
+            with measured() as result:
+                result.update(optier.run(n, steps=args.optier_steps or (60 if args.quick else optier.STEPS),
+                                         with_metrics=args.optier_metrics))
+            report["optier"] = result
+            table += optier.rows(result)
+            notes += optier.notes(result)
+        if args.only == "optier-memory" or (args.only is None and not args.quick):  # heavy: minutes
+            with measured() as result:
+                result.update(optier.run_memory())
+            report["optier-memory"] = result
+            table += optier.memory_rows(result)
+        if args.only in (None, "export"):
+            with measured() as result:
+                result.update(export_rate.run(args.export_iterations or (30 if args.quick else 100),
+                                              passes=2 if args.quick else 3))
+            report["export"] = result
+            table += export_rate.rows(result)
+            notes += export_rate.notes(result)
     except (HarnessError, RuntimeError) as exc:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
-    for name in ("startup", "steps", "tier", "dp", "mstx", "hotpath", "hotpath_tier"):
+    for name in ("startup", "steps", "tier", "dp", "mstx", "hotpath", "hotpath_tier", "optier",
+                 "optier-memory", "export"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work
