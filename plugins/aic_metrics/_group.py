@@ -1,0 +1,231 @@
+"""What the aic_metrics group plugins share: their hooks' logic and the per-task arithmetic.
+
+Private to this package (each group module is a plugin of its own; plugins of other packages
+never import this).
+
+Per task:
+
+* duration: the task's measured duration (``Task Duration``), the denominator of every ratio
+  and bandwidth;
+* work: the task's FLOPs split by unit -- ``cube`` (matmul/conv family) or ``vector``
+  (elementwise, full reductions) -- from :mod:`jobprof.opmath`; a copy moves data and computes
+  nothing, a matmul has no vector work (its bias epilogue is not counted, as in opmath), an
+  elementwise op no cube work.  ``aten::conv2d``, whose FLOPs opmath cannot know (stride and
+  padding are not recorded as values), takes Kineto's own estimate, which had them;
+* time a unit needs: work / the machine's measured peak for the op's dtype (``matmul_flops_per_s``
+  / ``vector_flops_per_s`` / ``memory_bytes_per_s`` from the calibration in info.json).  Zero
+  work needs zero time whatever the peak; work with no measured peak for its dtype is unknown;
+* ratio: unit time / duration, NOT clamped: the calibration is the best torch reached on this
+  machine in a short run, so an operator can beat it, and a ratio above 1 says exactly that
+  (clamping would hide it);
+* CUPTI (CUDA only, UNVERIFIED: no GPU was available where this was written): per-kernel
+  counter values Kineto attaches to the kernel's metadata (the task's ``extra`` JSON), read by
+  metric name.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jobprof import opmath
+from jobprof.opcapture import NAME
+from jobprof.types import NA, MetricSet
+
+#: calibration keys (jobprof.calibrate)
+MATMUL_PEAK, VECTOR_PEAK, MEMORY_PEAK = "matmul_flops_per_s", "vector_flops_per_s", "memory_bytes_per_s"
+KB = 1024
+GB = 1e9
+
+# -- the hooks' logic ------------------------------------------------------------------------
+
+
+def metric_set(name: str, group: str, columns: tuple[str, ...], values: Callable[[Any, Mapping], list],
+               sources: Mapping[str, str], needs_peaks: bool) -> MetricSet | None:
+    """The group's MetricSet when ``name`` is the group, else None."""
+    if name != group:
+        return None
+    return MetricSet(group, columns, values, needs_shapes=True, needs_peaks=needs_peaks, sources=sources)
+
+
+def options_schema(group: str) -> dict[str, Any]:
+    """Claims the core's ``aic_metrics`` key (so it counts as collected); narrows nothing."""
+    return {"properties": {"aic_metrics": {"description": f"{group}: a built-in metric group "
+                                                          "(jobprof.plugins.aic_metrics)"}}}
+
+
+def active(config: Any, group: str) -> bool:
+    return config.get("aic_metrics") == group
+
+
+def start(session: Any, *, flops: bool, peaks: bool, cupti: tuple[str, ...] = ()) -> None:
+    """Ask for operators with shapes (and Kineto's FLOP estimate, CUPTI metrics), and measure
+    the machine's peaks once when the group needs them."""
+    session.request_ops(shapes=True, flops=flops, cupti_metrics=cupti)
+    if peaks:
+        calibrate_once(session)
+
+
+def calibrate_once(session: Any) -> None:
+    """``session.info["calibration"]``: CPU peaks now; on a CUDA machine the peaks of the device
+    the model runs on, at its first root-module forward (CUDA is not initialised before the job
+    does it; UNVERIFIED on a GPU here)."""
+    import torch
+
+    if "calibration" in session.info:
+        return
+    try:
+        cuda = bool(torch.cuda.is_available())
+    except Exception:
+        cuda = False
+    if not cuda:
+        _record(session, torch, "cpu")
+        return
+    done: list[bool] = []
+
+    def on_root(module: Any) -> None:
+        if done:
+            return
+        done.append(True)
+        device = "cpu"
+        try:
+            parameter = next(module.parameters(), None)
+            if parameter is not None:
+                device = str(parameter.device)
+        except Exception:
+            pass
+        _record(session, torch, device)
+
+    session.on_root_module(on_root)
+
+
+def _record(session: Any, torch: Any, device: str) -> None:
+    from jobprof.calibrate import calibrate
+
+    result = calibrate(torch, device)  # never raises
+    session.info["calibration"] = result
+    if "error" in result:
+        session.reporter.warning(f"aic_metrics: measuring the peaks of {device} failed ({result['error']}); "
+                                 "the utilisation columns are N/A")
+
+
+# -- per task --------------------------------------------------------------------------------
+def op_name(task: Any) -> str | None:
+    """The operator behind the task (the task itself on CPU; the launching op on CUDA)."""
+    host = task.host
+    return host[NAME] if host is not None else None
+
+
+def seconds(task: Any) -> float | None:
+    return task.dur / 1e9 if task.dur > 0 else None
+
+
+def work(task: Any) -> tuple[int | None, int | None]:
+    """(cube FLOPs, vector FLOPs) of the task, each None when unknown."""
+    name = op_name(task)
+    if name is None:
+        return None, None
+    unit = opmath.unit(name)
+    count = task.flops
+    if count is None and unit == opmath.CUBE and name == "aten::conv2d" and task.kineto_flops:
+        count = task.kineto_flops  # Kineto saw stride/padding; opmath only sees shapes
+    if unit == opmath.CUBE:
+        return count, 0
+    if unit == opmath.VECTOR:
+        return 0, count
+    if unit == opmath.COPY or count == 0:
+        return 0, 0
+    return None, None
+
+
+def dtype(task: Any) -> str | None:
+    """Kineto dtype of the op's data: its output's, else its first tensor input's."""
+    outputs = task.outputs
+    if outputs is not None and outputs[1]:
+        return outputs[1][0]
+    for d in task.dtypes or ():
+        if d in opmath.DTYPE_BYTES:
+            return d
+    return None
+
+
+def peak(machine: Mapping[str, Any], key: str, kineto_dtype: str | None) -> float | None:
+    """The calibrated peak for ``kineto_dtype`` (FLOP/s), or None when it was not measured."""
+    table = machine.get(key)
+    if not isinstance(table, Mapping) or kineto_dtype is None:
+        return None
+    value = table.get(opmath.TORCH_DTYPE.get(kineto_dtype, ""))
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def bandwidth(machine: Mapping[str, Any]) -> float | None:
+    value = machine.get(MEMORY_PEAK)
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def unit_time(amount: int | None, rate: float | None) -> float | None:
+    """Seconds ``amount`` (FLOPs or bytes) takes at ``rate`` per second; zero work takes none."""
+    if amount is None:
+        return None
+    if amount == 0:
+        return 0.0
+    return None if rate is None else amount / rate
+
+
+def ratio(part: float | None, whole: float | None) -> float | None:
+    if part is None or not whole:
+        return None
+    return part / whole
+
+
+# -- cells -----------------------------------------------------------------------------------
+def f3(value: float | None) -> str:
+    return NA if value is None else f"{value:.3f}"
+
+
+def us(value_s: float | None) -> str:
+    return NA if value_s is None else f"{value_s * 1e6:.3f}"
+
+
+def duration_us(task: Any) -> str:
+    return f"{task.dur / 1000:.3f}"
+
+
+def integer(value: int | float | None) -> str:
+    return NA if value is None else str(int(value))
+
+
+# -- CUPTI (CUDA, UNVERIFIED) ----------------------------------------------------------------
+def counters(task: Any, names: tuple[str, ...]) -> dict[str, float]:
+    """The CUPTI metric values among ``names`` in the task's Kineto metadata (``extra``); empty on
+    CPU or when none were recorded.  Kineto writes metadata as JSON members, sometimes without
+    the outer braces; a metric may sit at the top level or one level down."""
+    extra = task.extra
+    if not extra or not names:
+        return {}
+    if isinstance(extra, str):
+        text = extra.strip()
+        try:
+            extra = json.loads(text if text.startswith("{") else "{" + text + "}")
+        except ValueError:
+            return {}
+    if not isinstance(extra, Mapping):
+        return {}
+    found: dict[str, float] = {}
+    scopes = [extra, *(v for v in extra.values() if isinstance(v, Mapping))]
+    for name in names:
+        for scope in scopes:
+            value = scope.get(name)
+            if isinstance(value, (int, float)) or (isinstance(value, str) and _number(value)):
+                found[name] = float(value)
+                break
+    return found
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,111 @@
+"""ArithmeticUtilization: floating-point operation counts and the share of time per instruction class.
+
+On Ascend, ``mac_fp16_ratio`` etc. are the cycles spent in one instruction class (cube fp16,
+cube int8, vector fp32, ...) over the task's total cycles.  Here each is derived the same way as
+PipeUtilization's ``mac_ratio``: the FLOPs the task has in that class / the machine's measured
+peak for the unit and dtype / the task's duration (unclamped, 3 decimals):
+
+* ``mac_fp16_ratio``: matmul-family FLOPs in float16 or bfloat16 (both 16-bit floats run on the
+  same matrix path; Ascend's older naming has no separate bf16 column);
+* ``mac_int8_ratio``: matmul-family FLOPs in int8/uint8;
+* ``vec_fp32_ratio`` / ``vec_fp16_ratio`` (float16 and bfloat16) / ``vec_int32_ratio``:
+  elementwise FLOPs in that dtype;
+* ``vec_misc_ratio``: elementwise FLOPs in any other dtype (float64, int64, bool, ...).
+
+A class the task has no work in shows 0.000 (e.g. every mac_* column of an elementwise op, or
+of a float32 matmul: Ascend's older naming has no fp32 cube class -- its work is in
+``cube_fops``); N/A when the work is unknown or no peak was measured for that dtype (a CPU
+calibration measures float32 only, so 16-bit and int8 classes with work are N/A on CPU).
+``cube_fops`` / ``vector_fops``: the FLOP counts themselves (:mod:`jobprof.opmath`: exact for
+the matmul family; 1 per output element per arithmetic op).  ``aicore_time(us)``: the task's
+duration; ``total_cycles``: N/A on CPU, CUPTI ``sm__cycles_elapsed.max`` on CUDA (UNVERIFIED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jobprof.hookspec import hookimpl
+from jobprof.plugins.aic_metrics import _group as g
+from jobprof.types import MetricSet
+
+GROUP = "ArithmeticUtilization"
+COLUMNS = ("aicore_time(us)", "total_cycles", "mac_fp16_ratio", "mac_int8_ratio", "vec_fp32_ratio",
+           "vec_fp16_ratio", "vec_int32_ratio", "vec_misc_ratio", "cube_fops", "vector_fops")
+CYCLES = "sm__cycles_elapsed.max"
+#: CUPTI metrics requested on CUDA (UNVERIFIED)
+CUPTI = (CYCLES,)
+_FP16 = frozenset({"c10::Half", "c10::BFloat16"})
+_INT8 = frozenset({"signed char", "unsigned char"})
+_FP32 = frozenset({"float"})
+_INT32 = frozenset({"int"})
+_VECTOR_NAMED = _FP32 | _FP16 | _INT32
+
+_RATIO = ("FLOPs in this class (input shapes) / measured {unit} peak FLOP/s for the dtype (calibration) / "
+          "task duration; 0 without work in the class; N/A when the work is unknown or the dtype's peak "
+          "was not measured (CPU measures float32 only). CUDA: the same with the GPU's calibration "
+          "(unverified)")
+SOURCES = {
+    "aicore_time(us)": "CPU and CUDA: the task's measured duration (Task Duration)",
+    "total_cycles": f"CPU: N/A (no per-operator cycle counter readable from Python); CUDA: CUPTI {CYCLES} "
+                    "(unverified)",
+    "mac_fp16_ratio": "matmul float16/bfloat16: " + _RATIO.format(unit="matmul"),
+    "mac_int8_ratio": "matmul int8/uint8: " + _RATIO.format(unit="matmul"),
+    "vec_fp32_ratio": "elementwise float32: " + _RATIO.format(unit="vector"),
+    "vec_fp16_ratio": "elementwise float16/bfloat16: " + _RATIO.format(unit="vector"),
+    "vec_int32_ratio": "elementwise int32: " + _RATIO.format(unit="vector"),
+    "vec_misc_ratio": "elementwise, other dtypes: " + _RATIO.format(unit="vector"),
+    "cube_fops": "CPU and CUDA: matmul-family FLOPs from input shapes (exact: 2*M*N*K; aten::conv2d: "
+                 "Kineto's estimate); N/A when unknown",
+    "vector_fops": "CPU and CUDA: elementwise FLOPs from input shapes (1 per output element per "
+                   "arithmetic op); N/A when unknown",
+}
+
+
+def _in_class(amount: int | None, kind: str | None, members: frozenset[str] | None) -> int | None:
+    """The part of a unit's work in a dtype class (``members`` None = every dtype not named)."""
+    if amount == 0:
+        return 0
+    if kind is None:
+        return None
+    inside = kind not in _VECTOR_NAMED if members is None else kind in members
+    return amount if inside else 0
+
+
+def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
+    duration = g.seconds(task)
+    cube, vector = g.work(task)
+    kind = g.dtype(task)
+    matmul_peak = g.peak(machine, g.MATMUL_PEAK, kind)
+    vector_peak = g.peak(machine, g.VECTOR_PEAK, kind)
+
+    def share(amount: int | None, members: frozenset[str] | None, rate: float | None) -> str:
+        return g.f3(g.ratio(g.unit_time(_in_class(amount, kind, members), rate), duration))
+
+    cycles = g.counters(task, CUPTI).get(CYCLES)
+    return [g.duration_us(task), g.integer(cycles),
+            share(cube, _FP16, matmul_peak), share(cube, _INT8, matmul_peak),
+            share(vector, _FP32, vector_peak), share(vector, _FP16, vector_peak),
+            share(vector, _INT32, vector_peak), share(vector, None, vector_peak),
+            g.integer(cube), g.integer(vector)]
+
+
+@hookimpl
+def jobprof_options_schema() -> dict[str, Any]:
+    return g.options_schema(GROUP)
+
+
+@hookimpl
+def jobprof_aic_metrics(name: str) -> MetricSet | None:
+    return g.metric_set(name, GROUP, COLUMNS, values, SOURCES, needs_peaks=True)
+
+
+@hookimpl
+def jobprof_configure(config: Any) -> bool:
+    return g.active(config, GROUP)
+
+
+@hookimpl
+def jobprof_session_start(session: Any) -> None:
+    g.start(session, flops=True, peaks=True, cupti=CUPTI)
