@@ -165,15 +165,19 @@ def test_host_mark_on_cuda_records():
 
 
 def test_redispatched_operator_counts_once():
-    """Under a Python dispatch mode (the l2 plugin's) Kineto records ``aten::mm`` twice, nested:
-    the outer record's own time is the mode, i.e. dispatch; the work is the inner one's."""
+    """Under a Python dispatch mode (the l2 plugin's) Kineto records ``aten::mm >
+    PythonDispatchMode > aten::mm``: the outer record's own time and the mode's are dispatch;
+    the work is the inner one's.  (The same holds for a tensor subclass calling the same op.)"""
     from jobprof.optree import OpView
     from jobprof.plugins.aicpu.split import split
 
-    records = [
-        ["aten::mm", 1000, 1000, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None],
-        ["aten::mm", 1100, 800, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None],
-        ["aten::resolve_conj", 1150, 10, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None],
-    ]
-    s = split(OpView(records), 0)
+    def rec(name: str, start: int, dur: int) -> list:
+        return [name, start, dur, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None]
+
+    mode = [rec("aten::mm", 1000, 1000), rec("PythonDispatchMode", 1020, 950), rec("aten::mm", 1100, 800),
+            rec("aten::resolve_conj", 1150, 10)]
+    s = split(OpView(mode), 0)
     assert (s.compute, s.memcpy, s.dispatch, s.total) == (790, 0, 210, 1000)
+    subclass = [rec("aten::mm", 1000, 1000), rec("aten::mm", 1100, 800)]
+    s = split(OpView(subclass), 0)
+    assert (s.compute, s.dispatch) == (800, 200)

@@ -12,8 +12,8 @@ subtree puts its self time in one bucket:
 * ``Compute``: the self time of every other dispatcher operator, except the framework ones below.
 * ``Dispatch`` (the rest: ``Total - Compute - Memcpy``): the self time of operators that do no
   work of their own (:data:`FRAMEWORK_OPS`: allocation, views and metadata, composite wrappers
-  whose body only calls other operators; and an operator whose child is the same operator: a
-  Python dispatch mode or tensor subclass ran it again, so the outer record is that layer), of
+  whose body only calls other operators; and an operator that a Python dispatch mode or tensor
+  subclass runs again below itself: the outer record is that layer), of
   non-operator records in the subtree (CUDA launch calls, synchronisation), and the time no
   record covers.  It is what the framework costs around
   the work: dispatcher, autograd bookkeeping, allocation, views, kernel launches.
@@ -73,6 +73,8 @@ COMPOSITE_OPS = frozenset({
 })
 #: operators whose self time is framework work (dispatch), not compute or copy
 FRAMEWORK_OPS = ALLOCATION_OPS | VIEW_OPS | COMPOSITE_OPS
+#: the records Kineto writes where an operator enters Python (a dispatch mode, a tensor subclass)
+PYTHON_DISPATCH_RECORDS = frozenset({"PythonDispatchMode", "PythonTLSSnapshot"})
 #: CUDA runtime/driver calls that copy (their host time is the copy's host side)
 CUDA_COPY_PREFIXES = ("cudaMemcpy", "cuMemcpy")
 
@@ -128,10 +130,12 @@ def split(view: OpView, i: int) -> Split:
 
 def _redispatched(view: OpView, j: int, name: str) -> bool:
     """The operator runs itself again one level down (a Python dispatch mode or tensor subclass
-    re-enters the dispatcher, e.g. the l2 plugin's counter mode): the outer record's own time is
-    that layer, framework time; the work is in the inner record."""
+    re-enters the dispatcher, e.g. the l2 plugin's counter mode; Kineto then records
+    ``aten::mm > PythonDispatchMode > aten::mm``): the outer record's own time is that layer,
+    framework time; the work is in the inner record."""
     records = view.records
-    return any(records[c][NAME] == name for c in view.children(j))
+    return any(records[c][NAME] == name or records[c][NAME] in PYTHON_DISPATCH_RECORDS
+               for c in view.children(j))
 
 
 def launching_tops(view: OpView) -> set[int]:

@@ -10,9 +10,9 @@ and keeps one record per outermost call::
     [start_ns, end_ns, thread_id, "aten::mm", delta_0, delta_1, ...]   (deltas in CounterSpec order)
 
 Cost, stated: every operator then makes a Python call and two ``read`` syscalls (measured on
-this project's KVM guest: about 11 us for the Python dispatch and 2 x ~2 us for the reads, on
-top of a ~2 us operator; see the plugin's docstring).  The ``l2`` switch is an opt-in, costly
-measurement; the operator durations recorded in the same run include this overhead.
+this project's KVM guest: ~20 us per operator in all, on top of a ~2-4 us small operator; more
+with the operator capture running, see the plugin's docstring).  The ``l2`` switch is an
+opt-in, costly measurement; the operator durations recorded in the same run include it.
 
 Bounded: at most :data:`MAX_PENDING` records wait for their iteration's hand-over; later ones
 are counted as dropped.  A forked child (a DataLoader worker) inherits the mode but its reads
