@@ -1,11 +1,73 @@
-"""task_trace: every operator and device task of each iteration (op_summary, op_statistic,
-task_time) and the host/device layers of the master timeline."""
+"""task_trace: every task of each iteration (op_summary, op_statistic, task_time CSV and JSON)
+and the host, device, flow and overlap layers of the master timeline.
+
+Option ``task_trace`` (``task_time`` is its newer name; the core folds it in): ``on``/``l1``
+records each operator's input shapes, dtypes and strides; ``l0`` records timing only (cheaper
+capture, less raw data): the Input/Output Shapes, Data Types and Formats columns are N/A.
+Deviation from msprof: at ``l0`` msprof also leaves OP Type N/A; jobprof fills it, because it
+is the operator name without its namespace and costs nothing to record.
+
+A task (an op_summary row) is what ran on the device (see :mod:`jobprof.optree`): on a CUDA
+job each kernel, memcpy and memset; on a CPU-only job each top-level dispatcher operator
+(``aten::linear`` called from Python is one task, its inner ``aten::addmm`` is not).
+
+op_summary columns and their PyTorch source (CPU-only job / CUDA job):
+
+==================  ===========================================================================
+Device_id           CPU: ``LOCAL_RANK`` (0 alone) / CUDA: the process's device index
+Model ID            4294967295 (step mode: eager execution, iteration = training step)
+Task ID             1-based sequence number of the task on its stream within the iteration
+Stream ID           CPU: the OS thread id that executed the operator / CUDA: the CUDA stream
+Op Name             CPU: the operator (``aten::mm``) / CUDA: the kernel name (memcpy/memset kind)
+OP Type             the operator name without namespace (``mm``); CUDA: of the operator that
+                    launched the kernel (the kernel's own name when no operator is known)
+OP State            N/A: Ascend's dynamic/static-shape compile state; eager PyTorch has none
+Task Type           the engine that ran it: ``CPU``, ``CUDA``, ``MEMCPY``, ``MEMSET``,
+                    ``COMMUNICATION`` (``c10d::`` operators, NCCL kernels)
+Task Start Time(us) start, epoch µs (Kineto timestamp), exact, with msprof's trailing TAB
+Task Duration(us)   the operator's / kernel's duration (Kineto)
+Task Wait Time(us)  max(0, start - end of the previous task of the device), 0 for the first
+Block Dim           CPU: N/A (no launch grid) / CUDA: blocks in the kernel grid (x*y*z, Kineto
+                    kernel metadata); N/A for memcpy/memset
+Mix Block Dim       N/A: the second block count of Ascend's mixed cube+vector kernels
+HF32 Eligible       N/A: per-operator HF32 (Ascend's reduced-precision float32 mode) eligibility;
+                    PyTorch records no per-operator TF32 decision
+Input Shapes        tensor arguments' shapes (Kineto record_shapes), ``;`` between tensors, ``,``
+                    between dims; non-tensor arguments left out (see ``formats``); CUDA: the
+                    launching operator's inputs
+Input Data Types    torch dtype names (``float32``, ``bfloat16``, ``int64``...)
+Input Formats       memory layout from the strides: ``contiguous``, ``channels_last``,
+                    ``channels_last_3d`` or ``strided``
+Output Shapes       from the operator's semantics (``Task.outputs``, jobprof.opmath) where known,
+Output Data Types   else N/A (Kineto records no outputs)
+Output Formats      N/A: output strides are not recorded
+Context ID          N/A: Ascend's sub-task context of an operator split over several contexts
+==================  ===========================================================================
+
+then the ``aic_metrics`` group's columns when one was chosen.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from jobprof.hookspec import hookimpl
+from jobprof.plugins.task_trace.report import top_sections
+from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
+from jobprof.plugins.task_trace.trace import add_to_master, render_task_time_json
+from jobprof.types import WriterSpec
+
+
+def enabled(config: Any) -> bool:
+    """``config`` None (listing every file) counts as on."""
+    return config is None or config.is_on("task_trace")
+
+
+@hookimpl
+def jobprof_options_schema() -> dict[str, Any]:
+    return {"properties": {"task_trace": {
+        "default": "on",
+        "description": "op_summary, op_statistic, task_time files; l0: timing only (no shapes)"}}}
 
 
 @hookimpl
@@ -16,3 +78,28 @@ def jobprof_configure(config: Any) -> bool:
 @hookimpl
 def jobprof_session_start(session: Any) -> None:
     session.request_ops(shapes=session.config.level("task_trace") != "l0")
+
+
+@hookimpl
+def jobprof_writers(config: Any) -> list[WriterSpec]:
+    if not enabled(config):
+        return []
+    return [
+        WriterSpec("op_summary", "csv", render_op_summary,
+                   "one row per task: ids, times, inputs, aic_metrics columns"),
+        WriterSpec("op_statistic", "csv", render_op_statistic,
+                   "tasks grouped by OP Type and Core Type: count, total/min/avg/max, ratio"),
+        WriterSpec("task_time", "csv", render_task_time_csv, "one row per task: stream, id, start, stop"),
+        WriterSpec("task_time", "json", render_task_time_json, "device tasks, one track per stream"),
+    ]
+
+
+@hookimpl
+def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+    if enabled(ctx.config):
+        add_to_master(ctx, timeline)
+
+
+@hookimpl
+def jobprof_report_sections(profile: Any) -> list:
+    return top_sections(profile)

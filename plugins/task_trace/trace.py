@@ -1,0 +1,182 @@
+"""task_time timeline file and the operator layers of the master timeline (contract section 4).
+
+Master timeline layers:
+
+* ``CANN`` (label ``CPU``; msprof's name for host calls, readers look for it): every host
+  record of the iteration (dispatcher operators, ``record_function`` blocks, CUDA runtime
+  calls), nested per OS thread on ``Thread <tid>``.  A record that overlaps a sibling without
+  nesting (a block ended on another thread) goes to ``Thread <tid> (overlapping)`` tracks.
+* ``Ascend Hardware`` (label ``NPU <dev>``, shared with the step trace thread): one
+  ``Stream <id>`` track per stream (CUDA stream; the executing OS thread on a CPU-only job),
+  one event per task.
+* ``HostToDevice`` flows from each task's host call (CPU job: the task's own operator; CUDA:
+  the runtime call that launched the kernel) to the task; the ``f`` end has exactly the
+  (pid, tid, ts) of the task's event, which is how readers join them.
+* ``Overlap Analysis`` (label ``NPU <dev>``): ``Computing`` (non-communication tasks),
+  ``Communication`` (communication tasks and the ``hccl`` stream's collectives),
+  ``Communication(Not Overlapped)`` and ``Free`` over the iteration.
+
+``ts`` values are epoch µs floats from the iteration's clock anchor (``ExportContext.to_us``);
+each ``dur`` is the difference of two such floats so that ``ts + dur`` is exactly the end.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jobprof import optree
+from jobprof.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, TID
+from jobprof.plugins.task_trace.table import TaskTable, table
+from jobprof.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label
+from jobprof.types import ExportContext
+
+HOST_PROCESS = "CANN"
+OVERLAP_PROCESS = "Overlap Analysis"
+OVERLAP_THREADS = ("Computing", "Communication", "Communication(Not Overlapped)", "Free")
+FLOW_CAT = "HostToDevice"
+#: overlapping lane k of OS thread t is track ``t + k * LANE_STRIDE`` (Linux thread ids stay
+#: below 2**22, the largest pid_max, so lanes never collide with another thread)
+LANE_STRIDE = 1 << 22
+
+
+def _device_threads(timeline: Timeline, pid: int, tab: TaskTable) -> None:
+    for stream in sorted(set(tab.streams)):
+        timeline.thread(pid, stream, f"Stream {stream}")
+
+
+def render_task_time_json(ctx: ExportContext) -> str | None:
+    """The task_time timeline file: the device tasks only, one track per stream.
+
+    Event text is formatted directly (same output as ``json.dumps`` of the event dicts, at a
+    third of the cost; names are encoded by ``json.dumps`` once per distinct name)."""
+    tab = table(ctx)
+    if tab is None:
+        return None
+    timeline = Timeline(ctx.pid)
+    pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
+    _device_threads(timeline, pid, tab)
+    model = ctx.iteration.model_id
+    names: dict[str, str] = {}
+    events = [f'{{"name": {names.get(n) or names.setdefault(n, json.dumps(n))}, "pid": {pid}, '
+              f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
+              f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}}}, "ph": "X"}}'
+              for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
+                                                   tab.core_types, tab.task_ids, strict=True)]
+    meta = json.dumps(timeline.metadata)
+    return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
+
+
+def _host_lanes(view: optree.OpView) -> dict[int, int]:
+    """Track lane (>= 1) of every record OpView put on its overlap lane: those records must
+    also nest among themselves, so they are spread greedily like msproftx's ranges."""
+    records, out = view.records, {}
+    by_thread: dict[int, list[int]] = {}
+    for i, lane in enumerate(view.lane):
+        if lane:
+            by_thread.setdefault(records[i][TID], []).append(i)
+    for indices in by_thread.values():
+        indices.sort(key=lambda i: (records[i][START], -records[i][DUR]))
+        open_ends: list[list[int]] = []
+        for i in indices:
+            start, end = records[i][START], records[i][START] + records[i][DUR]
+            for k, stack in enumerate(open_ends):
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                if not stack or end <= stack[-1]:
+                    stack.append(end)
+                    out[i] = k + 1
+                    break
+            else:
+                open_ends.append([end])
+                out[i] = len(open_ends)
+    return out
+
+
+def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
+    """The CANN host layer, the device tasks, HostToDevice flows and Overlap Analysis."""
+    view = optree.view(ctx)
+    if view is None:
+        return
+    tab = table(ctx)
+    records = view.records
+    offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns
+    host_pid = timeline.process(HOST_PROCESS, HOST_LABEL)
+    host = [i for i, r in enumerate(records) if r[KIND] not in optree.DEVICE_KINDS]
+    lanes = _host_lanes(view) if any(view.lane) else {}
+    track = {}  # record -> its host track
+    for tid in sorted(view.threads):
+        timeline.thread(host_pid, tid, f"Thread {tid}")
+    for i, k in sorted(lanes.items(), key=lambda item: item[1]):
+        tid = records[i][TID]
+        track[i] = tid + k * LANE_STRIDE
+        timeline.thread(host_pid, track[i], f"Thread {tid} (overlapping)" if k == 1
+                        else f"Thread {tid} (overlapping {k})", sort_index=tid)
+    op_types: dict[str, str] = {}
+    events: list[dict[str, Any]] = []
+    add = events.append
+    ts_of: dict[int, float] = {}
+    for i in host:
+        r = records[i]
+        start = r[START] + offset
+        ts = ts_of[i] = start / 1000.0
+        kind = r[KIND]
+        name = r[NAME]
+        if kind == "cpu_op":
+            op = op_types.get(name) or op_types.setdefault(name, optree.op_type(name))
+            # PyTorch's own trace args: every argument as recorded (non-tensors as [])
+            args = {"Op Type": op} if r[SHAPES] is None else \
+                {"Op Type": op, "Input Dims": r[SHAPES], "Input type": r[DTYPES]}
+        else:
+            args = {"Event Type": kind}
+        add({"name": name, "pid": host_pid, "tid": track.get(i, r[TID]), "ts": ts,
+             "dur": (start + r[DUR]) / 1000.0 - ts, "args": args, "ph": "X"})
+    if tab is not None:
+        _add_tasks(ctx, timeline, view, tab, host_pid, track, ts_of, events)
+    timeline.add(events)
+    _add_overlap(ctx, timeline, view)
+
+
+def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab: TaskTable,
+               host_pid: int, track: dict[int, int], ts_of: dict[int, float],
+               events: list[dict[str, Any]]) -> None:
+    pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
+    _device_threads(timeline, pid, tab)
+    model = ctx.iteration.model_id
+    events += [{"name": n, "pid": pid, "tid": sid, "ts": ts, "dur": d,
+                "args": {"Model Id": model, "Task Type": core, "Stream Id": sid, "Task Id": tid},
+                "ph": "X"}
+               for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
+                                                    tab.core_types, tab.task_ids, strict=True)]
+    records = view.records
+    sources = [view.launch_of(t) for t in tab.tasks] if view.has_device else [t.index for t in tab.tasks]
+    for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams, tab.ts, strict=True)):
+        if source < 0:
+            continue  # a kernel whose launch was not recorded
+        events.append({"name": FLOW_CAT, "ph": "s", "cat": FLOW_CAT, "id": flow, "pid": host_pid,
+                       "tid": track.get(source, records[source][TID]), "ts": ts_of[source]})
+        events.append({"name": FLOW_CAT, "ph": "f", "bp": "e", "cat": FLOW_CAT, "id": flow, "pid": pid,
+                       "tid": sid, "ts": ts})
+
+
+def _add_overlap(ctx: ExportContext, timeline: Timeline, view: optree.OpView) -> None:
+    it = ctx.iteration
+    if it.end_ns <= it.start_ns:
+        return
+    computing, communication = [], []
+    for t in view.tasks:
+        (communication if t.core_type == optree.COMMUNICATION else computing).append((t.start, t.end))
+    for r in ctx.records("hccl"):
+        if isinstance(r, dict) and r.get("start_ns") is not None and r.get("end_ns") is not None:
+            communication.append((r["start_ns"], r["end_ns"]))
+    spans = optree.overlap(computing, communication, it.start_ns, it.end_ns)
+    pid = timeline.process(OVERLAP_PROCESS, device_label(ctx.device_id))
+    offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns
+    events = []
+    for tid, name in enumerate(OVERLAP_THREADS):
+        timeline.thread(pid, tid, name)
+        for start, end in spans[name]:
+            ts = (start + offset) / 1000.0
+            events.append({"name": name, "pid": pid, "tid": tid, "ts": ts,
+                           "dur": (end + offset) / 1000.0 - ts, "ph": "X"})
+    timeline.add(events)

@@ -1,0 +1,499 @@
+"""task_trace against ground truth: a training loop that also calls operators of known shapes a
+known number of times per iteration, checked in op_summary, op_statistic, task_time and the
+master timeline; l0 / off levels; blocks open across iteration ends; fork workers; memory over
+a long run; the aic_metrics columns of op_summary."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections import defaultdict
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv
+
+MODEL = 4294967295
+STEPS = 6
+ON = {"task_trace": "on", "training_trace": "on"}
+
+# Per iteration, after the model's forward and backward (so inside the iteration window, which
+# the operator capture opens at the first forward): torch.mm(a, b) twice on contiguous inputs,
+# once on a transposed view, and x.add_(1).  The model's own operators use other shapes
+# (batch 4, 10 -> 5 -> 1), so the known calls can be picked out by their shapes.
+JOB = """
+import resource, sys, threading
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+mode, steps = sys.argv[1], int(sys.argv[2])
+model = nn.Sequential(nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+a, b, c = torch.randn(64, 32), torch.randn(32, 16), torch.randn(24, 32)
+x = torch.zeros(4, 8)
+
+
+class Items(Dataset):
+    def __len__(self):
+        return steps * 4
+
+    def __getitem__(self, i):
+        return torch.randn(10), torch.randn(1)
+
+
+def batches():
+    if mode == "loader":
+        yield from DataLoader(Items(), batch_size=4, num_workers=2, multiprocessing_context="fork")
+    else:
+        data = [(torch.randn(4, 10), torch.randn(4, 1)) for _ in range(steps)]
+        yield from data
+
+
+def step(xb, yb):
+    opt.zero_grad()
+    nn.functional.mse_loss(model(xb), yb).backward()
+    torch.mm(a, b)
+    torch.mm(a, b)
+    torch.mm(a, c.t())
+    x.add_(1)
+    opt.step()
+
+
+if mode == "block":  # a record_function block open across every iteration end
+    with torch.autograd.profiler.record_function("loop"):
+        for xb, yb in batches():
+            step(xb, yb)
+else:
+    for xb, yb in batches():
+        step(xb, yb)
+print("TID", threading.get_native_id())
+print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+SUMMARY_HEADER = ("Device_id,Model ID,Task ID,Stream ID,Op Name,OP Type,OP State,Task Type,"
+                  "Task Start Time(us),Task Duration(us),Task Wait Time(us),Block Dim,Mix Block Dim,"
+                  "HF32 Eligible,Input Shapes,Input Data Types,Input Formats,Output Shapes,"
+                  "Output Data Types,Output Formats,Context ID")
+STATISTIC_HEADER = ("Device_id,OP Type,Core Type,Count,Total Time(us),Min Time(us),Avg Time(us),"
+                    "Max Time(us),Ratio(%)")
+TASK_TIME_HEADER = ("Device_id,kernel_name,kernel_type,stream_id,task_id,task_time(us),task_start(us),"
+                    "task_stop(us)")
+SHAPE_COLUMNS = ("Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
+                 "Output Data Types", "Output Formats")
+
+
+class Run:
+    def __init__(self, runner: Runner, proc) -> None:
+        self.runner = runner
+        self.device = runner.device_dir()
+        self.tid = int(re.search(r"^TID (\d+)$", proc.stdout, re.M).group(1))
+        self.maxrss_kb = int(re.search(r"^MAXRSS_KB (\d+)$", proc.stdout, re.M).group(1))
+        self.stderr = proc.stderr
+
+    def file(self, name: str, iteration: int, ext: str = "csv") -> Path:
+        folder = "summary" if ext == "csv" else "timeline"
+        return self.device / folder / f"{name}_0_{MODEL}_{iteration}.{ext}"
+
+    def files(self, name: str, ext: str = "csv") -> list[Path]:
+        folder = "summary" if ext == "csv" else "timeline"
+        return sorted((self.device / folder).glob(f"{name}_0_{MODEL}_*.{ext}"),
+                      key=lambda p: int(p.stem.rsplit("_", 1)[1]))
+
+
+def run_job(tmp: Path, mode: str, steps: int, options: dict, timeout: float = 240) -> Run:
+    runner = Runner(tmp)
+    proc = runner.run(JOB, options, args=[mode, str(steps)], timeout=timeout)
+    return Run(runner, proc)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> Run:
+    return run_job(tmp_path_factory.mktemp("plain"), "plain", STEPS, ON)
+
+
+def us(cell: str) -> Decimal:
+    """A CSV time cell (3 decimals, absolute ones with a trailing TAB) as an exact number."""
+    return Decimal(cell.rstrip("\t"))
+
+
+def jobprof_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "jobprof" in line]
+
+
+# -- op_summary ------------------------------------------------------------------------------
+def test_op_summary_lists_the_known_calls(plain):
+    files = plain.files("op_summary")
+    assert [int(p.stem.rsplit("_", 1)[1]) for p in files] == list(range(1, STEPS + 1))
+    for path in files:
+        assert path.read_text().splitlines()[0] == SUMMARY_HEADER
+        rows = read_csv(path)
+        mm = [r for r in rows if r["Op Name"] == "aten::mm"]
+        plain_mm = [r for r in mm if r["Input Shapes"] == "64,32;32,16"]
+        assert len(plain_mm) == 2, path.name
+        for r in plain_mm:
+            assert r["Input Data Types"] == "float32;float32"
+            assert r["Input Formats"] == "contiguous;contiguous"
+            assert (r["OP Type"], r["Task Type"]) == ("mm", "CPU")
+        # c.t() is a transposed view of a (24, 32) tensor: strides (1, 32)
+        transposed = [r for r in mm if r["Input Shapes"] == "64,32;32,24"]
+        assert len(transposed) == 1 and transposed[0]["Input Formats"] == "contiguous;strided"
+        # x.add_(1): PyTorch passes the Python number as a 0-dim int64 tensor (an empty item);
+        # the Scalar alpha is not a tensor and is left out
+        add = [r for r in rows if r["Op Name"] == "aten::add_" and r["Input Shapes"].startswith("4,8")]
+        assert len(add) == 1
+        assert (add[0]["Input Shapes"], add[0]["Input Data Types"]) == ("4,8;", "float32;int64")
+        for r in rows:
+            assert (r["Device_id"], r["Model ID"]) == ("0", str(MODEL))
+            assert r["Stream ID"] == str(plain.tid)  # the training thread ran every operator
+            assert r["Op Name"].startswith("aten::") and r["OP Type"] == r["Op Name"].split("::")[1]
+            for column in ("OP State", "Block Dim", "Mix Block Dim", "HF32 Eligible", "Context ID"):
+                assert r[column] == "N/A", column
+            assert r["Task Start Time(us)"].endswith("\t")
+        # one stream: task ids count 1, 2, ... in row order
+        assert [int(r["Task ID"]) for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_op_summary_quotes_shape_lists_with_the_csv_module(plain):
+    text = plain.file("op_summary", 2).read_text()
+    assert ',"64,32;32,16",float32;float32,contiguous;contiguous,' in text
+
+
+def test_wait_time_follows_the_formula_from_the_row_times(plain):
+    for path in plain.files("op_summary"):
+        rows = read_csv(path)
+        starts = [us(r["Task Start Time(us)"]) for r in rows]
+        durs = [us(r["Task Duration(us)"]) for r in rows]
+        assert starts == sorted(starts)
+        assert us(rows[0]["Task Wait Time(us)"]) == 0
+        for i in range(1, len(rows)):
+            expected = max(Decimal(0), starts[i] - starts[i - 1] - durs[i - 1])
+            assert us(rows[i]["Task Wait Time(us)"]) == expected, (path.name, i)
+
+
+# -- op_statistic ----------------------------------------------------------------------------
+def test_op_statistic_sums_the_op_summary_rows(plain):
+    for iteration in range(1, STEPS + 1):
+        path = plain.file("op_statistic", iteration)
+        assert path.read_text().splitlines()[0] == STATISTIC_HEADER
+        groups: dict[tuple[str, str], list[Decimal]] = defaultdict(list)
+        for r in read_csv(plain.file("op_summary", iteration)):
+            groups[(r["OP Type"], r["Task Type"])].append(us(r["Task Duration(us)"]))
+        rows = read_csv(path)
+        assert {(r["OP Type"], r["Core Type"]) for r in rows} == set(groups)
+        grand = sum(sum(d) for d in groups.values())
+        for r in rows:
+            durs = groups[(r["OP Type"], r["Core Type"])]
+            assert int(r["Count"]) == len(durs)
+            assert us(r["Total Time(us)"]) == sum(durs)
+            assert (us(r["Min Time(us)"]), us(r["Max Time(us)"])) == (min(durs), max(durs))
+            assert abs(us(r["Avg Time(us)"]) - sum(durs) / len(durs)) <= Decimal("0.0005")
+            assert abs(Decimal(r["Ratio(%)"]) - 100 * sum(durs) / grand) <= Decimal("0.0005")
+        totals = [us(r["Total Time(us)"]) for r in rows]
+        assert totals == sorted(totals, reverse=True)
+        assert abs(sum(Decimal(r["Ratio(%)"]) for r in rows) - 100) <= Decimal("0.01")
+        mm = next(r for r in rows if r["OP Type"] == "mm")
+        assert int(mm["Count"]) >= 3  # the three known calls, plus the backward's
+
+
+# -- task_time -------------------------------------------------------------------------------
+def test_task_time_csv_lists_the_same_tasks(plain):
+    for iteration in range(1, STEPS + 1):
+        summary = read_csv(plain.file("op_summary", iteration))
+        path = plain.file("task_time", iteration)
+        assert path.read_text().splitlines()[0] == TASK_TIME_HEADER
+        rows = read_csv(path)
+        assert len(rows) == len(summary)
+        for t, s in zip(rows, summary, strict=True):
+            assert (t["kernel_name"], t["kernel_type"], t["stream_id"], t["task_id"]) == \
+                (s["Op Name"], s["Task Type"], s["Stream ID"], s["Task ID"])
+            assert t["task_time(us)"] == s["Task Duration(us)"]
+            assert t["task_start(us)"] == s["Task Start Time(us)"]
+            assert t["task_stop(us)"].endswith("\t")
+            assert us(t["task_stop(us)"]) - us(t["task_start(us)"]) == us(t["task_time(us)"])
+
+
+def test_task_time_json_has_one_event_per_task(plain):
+    for iteration in range(1, STEPS + 1):
+        events = check_timeline(plain.file("task_time", iteration, "json"))
+        meta = {(e["name"], e["pid"], e["tid"]): e["args"] for e in events if e["ph"] == "M"}
+        pid = processes(events)["Ascend Hardware"]
+        assert meta[("process_labels", pid, 0)] == {"labels": "NPU 0"}
+        assert meta[("thread_name", pid, plain.tid)] == {"name": f"Stream {plain.tid}"}
+        xs = [e for e in events if e["ph"] == "X"]
+        summary = read_csv(plain.file("op_summary", iteration))
+        assert [e["name"] for e in xs] == [r["Op Name"] for r in summary]
+        for e, r in zip(xs, summary, strict=True):
+            assert (e["pid"], e["tid"]) == (pid, plain.tid)
+            assert e["args"] == {"Model Id": MODEL, "Task Type": "CPU", "Stream Id": plain.tid,
+                                 "Task Id": int(r["Task ID"])}
+            # the float stamp is within its resolution (0.25 us at today's epoch) of the exact one
+            assert abs(Decimal(repr(e["ts"])) - us(r["Task Start Time(us)"])) <= Decimal("0.5")
+
+
+# -- master timeline -------------------------------------------------------------------------
+def processes(events: list[dict]) -> dict[str, int]:
+    return {e["args"]["name"]: e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+
+
+def test_master_timeline_layers_and_flows(plain):
+    for iteration in range(1, STEPS + 1):
+        events = check_timeline(plain.file("msprof", iteration, "json"))
+        pids = processes(events)
+        labels = {e["pid"]: e["args"]["labels"] for e in events if e["name"] == "process_labels"}
+        threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["name"] == "thread_name"}
+        cann, hw = pids["CANN"], pids["Ascend Hardware"]
+        assert (labels[cann], labels[hw], labels[pids["Overlap Analysis"]]) == ("CPU", "NPU 0", "NPU 0")
+        assert threads[(cann, plain.tid)] == f"Thread {plain.tid}"
+        assert threads[(hw, plain.tid)] == f"Stream {plain.tid}"
+        assert threads[(hw, 70000 + MODEL)] == f"Step Trace(Model ID:{MODEL})"  # shares the process
+        xs = [e for e in events if e["ph"] == "X"]
+        host = [e for e in xs if e["pid"] == cann]
+        # every host record: the operators and the optimizer's own record_function blocks
+        names = {e["name"] for e in host}
+        assert {"aten::mm", "aten::addmm", "aten::linear"} <= names
+        assert any(n.startswith("Optimizer.step#SGD.step") for n in names)
+        mm = next(e for e in host
+                  if e["name"] == "aten::mm" and e["args"].get("Input Dims") == [[64, 32], [32, 16]])
+        assert mm["args"]["Op Type"] == "mm" and mm["args"]["Input type"] == ["float", "float"]
+        tasks = [e for e in xs if e["pid"] == hw and e["tid"] == plain.tid]
+        summary = read_csv(plain.file("op_summary", iteration))
+        assert [e["name"] for e in tasks] == [r["Op Name"] for r in summary]
+        assert all(set(e["args"]) == {"Model Id", "Task Type", "Stream Id", "Task Id"} for e in tasks)
+        # HostToDevice: one flow per task, from the operator on the host to the task; the end
+        # has exactly the task event's (pid, tid, ts), the start lies on a host event
+        flows: dict[int, dict[str, dict]] = defaultdict(dict)
+        for e in events:
+            if e.get("cat") == "HostToDevice":
+                flows[e["id"]][e["ph"]] = e
+        assert len(flows) == len(tasks)
+        task_keys = {(e["pid"], e["tid"], e["ts"]) for e in tasks}
+        host_keys = {(e["pid"], e["tid"], e["ts"]) for e in host}
+        for pair in flows.values():
+            assert pair["f"]["bp"] == "e"
+            assert (pair["f"]["pid"], pair["f"]["tid"], pair["f"]["ts"]) in task_keys
+            assert (pair["s"]["pid"], pair["s"]["tid"], pair["s"]["ts"]) in host_keys
+
+
+def test_overlap_analysis_tiles_the_iteration(plain):
+    iterations = {i: s["iteration"][0] for i, s in raw(plain.device).items()}
+    for iteration in range(1, STEPS + 1):
+        events = check_timeline(plain.file("msprof", iteration, "json"))
+        pid = processes(events)["Overlap Analysis"]
+        threads = {e["tid"]: e["args"]["name"] for e in events
+                   if e["pid"] == pid and e["name"] == "thread_name"}
+        assert threads == {0: "Computing", 1: "Communication", 2: "Communication(Not Overlapped)", 3: "Free"}
+        xs = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+        assert all(e["name"] == threads[e["tid"]] for e in xs)
+        assert not [e for e in xs if e["name"].startswith("Communication")]  # one CPU process
+        it = iterations[iteration]
+        span_us = (it["end_ns"] - it["start_ns"]) / 1000
+        busy = sum(e["dur"] for e in xs)
+        assert abs(busy - span_us) <= len(xs) * 1.0, (busy, span_us)
+        computing = sum(e["dur"] for e in xs if e["name"] == "Computing")
+        task_us = sum(float(r["Task Duration(us)"]) for r in read_csv(plain.file("op_summary", iteration)))
+        assert abs(computing - task_us) <= len(xs) * 1.0  # tasks of one thread never overlap
+
+
+def test_summary_lists_the_top_operators(plain):
+    proc = jobprof_cli("summary", "--json", str(plain.device.parent))
+    assert proc.returncode == 0, proc.stderr
+    section = next(s for s in json.loads(proc.stdout)["sections"] if s["title"].startswith("Top operators"))
+    rows = {(r[1], r[2]): r for r in section["rows"]}
+    mm_rows = [r for path in plain.files("op_summary") for r in read_csv(path) if r["OP Type"] == "mm"]
+    device, _, _, count, total_ms, mean_us, _ = rows[("mm", "CPU")]
+    assert (device, count) == (0, len(mm_rows))
+    total = sum(us(r["Task Duration(us)"]) for r in mm_rows)
+    assert abs(Decimal(total_ms) - total / 1000) <= Decimal("0.001")
+    assert abs(Decimal(mean_us) - total / len(mm_rows)) <= Decimal("0.001")
+    shares = [float(r[6]) for r in section["rows"]]
+    assert shares == sorted(shares, reverse=True) and all(0 <= s <= 100 for s in shares)
+
+
+# -- levels ----------------------------------------------------------------------------------
+def data_bytes(device: Path) -> int:
+    return sum(p.stat().st_size for p in (device / "data").iterdir())
+
+
+def test_l0_records_timing_only(plain, tmp_path):
+    l0 = run_job(tmp_path, "plain", STEPS, {"task_trace": "l0", "training_trace": "on"})
+    for path in l0.files("op_summary"):
+        rows = read_csv(path)
+        assert len([r for r in rows if r["Op Name"] == "aten::mm"]) >= 3
+        for r in rows:
+            assert all(r[c] == "N/A" for c in SHAPE_COLUMNS)
+            assert r["OP Type"] == r["Op Name"].split("::")[1]  # filled even at l0
+    assert len(l0.files("op_summary")) == STEPS
+    assert data_bytes(l0.device) < data_bytes(plain.device)
+    check_timeline(l0.file("msprof", STEPS, "json"))
+
+
+def test_off_writes_no_operator_files(tmp_path):
+    off = run_job(tmp_path, "plain", 3, {"task_trace": "off", "training_trace": "on"})
+    assert len(off.files("step_trace")) == 3  # the job was profiled
+    for name in ("op_summary", "op_statistic", "task_time"):
+        assert not off.files(name)
+    assert not off.files("task_time", "json")
+    for path in off.files("msprof", "json"):
+        assert "Ascend Hardware" in processes(check_timeline(path))  # the step trace only
+        assert "CANN" not in processes(check_timeline(path))
+
+
+# -- robustness ------------------------------------------------------------------------------
+def test_block_open_across_iteration_ends(tmp_path):
+    run = run_job(tmp_path, "block", STEPS, ON)
+    assert len(run.files("op_summary")) == STEPS
+    assert not [line for line in jobprof_lines(run.stderr) if "error" in line or "raised" in line]
+    for iteration in range(1, STEPS + 1):
+        rows = read_csv(run.file("op_summary", iteration))
+        assert len([r for r in rows if r["Input Shapes"] == "64,32;32,16"]) == 2
+        events = check_timeline(run.file("msprof", iteration, "json"))
+        # the loop block is cut at each iteration end: one piece per iteration on the host
+        assert [e["name"] for e in events if e["ph"] == "X" and e["name"] == "loop"] == ["loop"]
+
+
+def test_fork_workers_under_task_trace(tmp_path):
+    run = run_job(tmp_path, "loader", STEPS, ON)
+    assert len(run.runner.prof_dirs()) == 1
+    assert [p.name for p in run.device.parent.iterdir() if p.name.startswith("device_")] == ["device_0"]
+    assert len(run.files("op_summary")) == STEPS
+    assert not [line for line in jobprof_lines(run.stderr) if "error" in line or "raised" in line]
+    for iteration in range(1, STEPS + 1):
+        rows = read_csv(run.file("op_summary", iteration))
+        assert len([r for r in rows if r["Input Shapes"] == "64,32;32,16"]) == 2
+        assert {r["Stream ID"] for r in rows} == {str(run.tid)}  # nothing from the workers
+        check_timeline(run.file("msprof", iteration, "json"))
+
+
+@pytest.mark.slow
+def test_memory_stays_flat_over_a_long_run(tmp_path):
+    short = run_job(tmp_path / "short", "plain", 200, ON, timeout=600)
+    long = run_job(tmp_path / "long", "plain", 2000, ON, timeout=1800)
+    assert len(long.files("op_summary")) == 2000
+    grown_mb = (long.maxrss_kb - short.maxrss_kb) / 1024
+    print(f"peak RSS: 200 iterations {short.maxrss_kb / 1024:.1f} MB, 2000 iterations "
+          f"{long.maxrss_kb / 1024:.1f} MB (+{grown_mb:.1f} MB)")
+    assert grown_mb <= 50
+
+
+# -- in-process: the metric columns and the cell formats ---------------------------------------
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def recorded() -> tuple[list[list], int, int]:
+    """Operators recorded for real by the core's capture, in this process."""
+    from jobprof.opcapture import Detail, OpCapture
+
+    warnings: list[str] = []
+    capture = OpCapture(torch, Detail(shapes=True), warnings.append)
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    capture.start()
+    begin = time.monotonic_ns()
+    torch.mm(a, b)
+    torch.mm(a, b.t().contiguous().t())
+    torch.relu(torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
+    end = time.monotonic_ns()
+    capture.cut(end)
+    records = capture.take(begin, end + 1)
+    capture.stop()
+    assert not warnings
+    return records, begin, end
+
+
+def context(recorded, metrics=None):
+    from jobprof.clock import ClockAnchor
+    from jobprof.types import Config, ExportContext, Iteration
+
+    records, begin, end = recorded
+    config = Config({"task_trace": "on", "output": "."})
+    return ExportContext(0, Iteration(1, begin, end + 1, "explicit"), 4242, {"ops": records},
+                         ClockAnchor.now(), config, "job.py", metrics)
+
+
+def test_metric_columns_are_appended(recorded):
+    from jobprof.plugins.task_trace.summary import render_op_summary
+    from jobprof.types import MetricSet
+
+    metrics = MetricSet("X", ["a_col"], values=lambda task, machine: [task.dur])
+    text = render_op_summary(context(recorded, metrics))
+    assert text.splitlines()[0] == SUMMARY_HEADER + ",a_col"
+    rows = read_rows(text)
+    assert len(rows) >= 4  # mm, mm, randn, to / relu...
+    for r in rows:  # the value is the task's duration in ns
+        assert int(r["a_col"]) == us(r["Task Duration(us)"]) * 1000
+
+
+def test_metric_values_that_raise_give_na(recorded):
+    from jobprof.plugins.task_trace.summary import render_op_summary
+    from jobprof.types import MetricSet
+
+    def broken(task, machine):
+        if task.name == "aten::mm":
+            raise RuntimeError("third-party bug")
+        return [1.5, "x,y"]
+
+    metrics = MetricSet("X", ["a_col", "b_col"], values=broken)
+    rows = read_rows(render_op_summary(context(recorded, metrics)))
+    assert [(r["a_col"], r["b_col"]) for r in rows if r["Op Name"] == "aten::mm"] == [("N/A", "N/A")] * 2
+    assert {(r["a_col"], r["b_col"]) for r in rows if r["Op Name"] != "aten::mm"} == {("1.5", "x,y")}
+
+
+def read_rows(text: str) -> list[dict[str, str]]:
+    import csv
+    import io
+
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+def test_fast_csv_text_equals_the_csv_module(recorded):
+    """The writers join their rows themselves; the text must be what ExportContext.csv writes."""
+    from jobprof.plugins.task_trace import summary
+
+    ctx = context(recorded)
+    for render in (summary.render_op_summary, summary.render_op_statistic, summary.render_task_time_csv):
+        text = render(ctx)
+        rows = [list(r.values()) for r in read_rows(text)]
+        assert text == ctx.csv(text.splitlines()[0].split(","), rows)
+
+
+def test_cells_of_the_recorded_calls(recorded):
+    ctx = context(recorded)
+    from jobprof.plugins.task_trace.summary import render_op_summary
+
+    rows = read_rows(render_op_summary(ctx))
+    mm = [r for r in rows if r["Op Name"] == "aten::mm"]
+    assert [r["Input Formats"] for r in mm] == ["contiguous;contiguous", "contiguous;strided"]
+    relu = next(r for r in rows if r["Op Name"] == "aten::relu")
+    assert (relu["Input Shapes"], relu["Input Formats"]) == ("2,3,4,5", "channels_last")
+
+
+@pytest.mark.parametrize("make, expected", [
+    (lambda: torch.zeros(3, 4), "contiguous"),
+    (lambda: torch.zeros(3, 4).t(), "strided"),
+    (lambda: torch.zeros(3, 1).expand(3, 4), "strided"),
+    (lambda: torch.zeros(6)[::2], "strided"),
+    (lambda: torch.zeros(0, 4).t(), "contiguous"),
+    (lambda: torch.zeros(1, 4).t(), "contiguous"),
+    (lambda: torch.zeros(()), "contiguous"),
+    (lambda: torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last), "channels_last"),
+    (lambda: torch.zeros(2, 3, 4, 5, 6).to(memory_format=torch.channels_last_3d), "channels_last_3d"),
+    (lambda: torch.zeros(2, 3, 4, 5).permute(0, 1, 3, 2), "strided"),
+])
+def test_memory_format_agrees_with_torch(make, expected):
+    from jobprof.plugins.task_trace.formats import memory_format
+
+    tensor = make()
+    got = memory_format(list(tensor.shape), list(tensor.stride()))
+    assert got == expected
+    # the ground truth: torch's own contiguity checks
+    assert (got == "contiguous") == tensor.is_contiguous()
+    if got == "channels_last":
+        assert tensor.is_contiguous(memory_format=torch.channels_last)
+    if got == "channels_last_3d":
+        assert tensor.is_contiguous(memory_format=torch.channels_last_3d)
