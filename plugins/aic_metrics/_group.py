@@ -111,25 +111,112 @@ def _record(session: Any, torch: Any, device: str) -> None:
 
 
 # -- per task --------------------------------------------------------------------------------
-def op_name(task: Any) -> str | None:
-    """The operator behind the task (the task itself on CPU; the launching op on CUDA)."""
+class Peaks:
+    """The calibration's peaks by Kineto dtype spelling (built once per calibration mapping)."""
+
+    __slots__ = ("bandwidth", "matmul", "vector")
+
+    def __init__(self, machine: Mapping[str, Any]) -> None:
+        self.matmul = _by_kineto_dtype(machine.get(MATMUL_PEAK))
+        self.vector = _by_kineto_dtype(machine.get(VECTOR_PEAK))
+        value = machine.get(MEMORY_PEAK)
+        self.bandwidth = float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _by_kineto_dtype(table: Any) -> dict[str, float]:
+    if not isinstance(table, Mapping):
+        return {}
+    out = {}
+    for kineto, torch_name in opmath.TORCH_DTYPE.items():
+        value = table.get(torch_name)
+        if isinstance(value, (int, float)) and value > 0:
+            out[kineto] = float(value)
+    return out
+
+
+_last_peaks: tuple[Any, Peaks | None] = (None, None)
+#: one Peaks per distinct calibration: every iteration's mapping is a new object with the same
+#: content, and the per-operator memo below is keyed by the Peaks object
+_PEAKS: dict[tuple[Any, ...], Peaks] = {}
+
+
+def peaks_of(machine: Mapping[str, Any]) -> Peaks:
+    """The Peaks of ``machine`` (the export hands every task of an iteration the same mapping)."""
+    global _last_peaks
+    last = _last_peaks
+    if last[0] is machine and last[1] is not None:
+        return last[1]
+    fresh = Peaks(machine)
+    key = (tuple(sorted(fresh.matmul.items())), tuple(sorted(fresh.vector.items())), fresh.bandwidth)
+    result = _PEAKS.setdefault(key, fresh)
+    _last_peaks = (machine, result)
+    return result
+
+
+class Work:
+    """A task's duration-independent figures, shared by every task of the same operator call
+    (same name, FLOPs, bytes, dtype) under the same calibration.
+
+    ``cube``/``vector``: FLOPs per unit; ``read``/``written``: bytes; ``mac``/``vec``/``mte2``/
+    ``mte3``: seconds each needs at the measured peak (None: unknown); ``dtype``: Kineto dtype
+    of the op's data.  ``cells``: a group's formatted cells that do not depend on the duration,
+    kept here so each distinct operator call is formatted once.
+    """
+
+    __slots__ = ("cells", "cube", "dtype", "mac", "mte2", "mte3", "read", "vec", "vector", "written")
+
+    def __init__(self, name: str | None, count: int | None, moved: tuple[int, int] | None, kind: str | None,
+                 kineto_flops: int, p: Peaks) -> None:
+        self.cube, self.vector = work(name, count, kineto_flops) if name is not None else (None, None)
+        self.read, self.written = moved if moved is not None else (None, None)
+        self.dtype = kind
+        self.mac = unit_time(self.cube, p.matmul.get(kind))
+        self.vec = unit_time(self.vector, p.vector.get(kind))
+        self.mte2 = unit_time(self.read, p.bandwidth)
+        self.mte3 = unit_time(self.written, p.bandwidth)
+        self.cells: dict[str, Any] = {}
+
+
+#: (op name, FLOPs, bytes, dtype, Kineto FLOPs, peaks) -> Work
+_WORK: dict[tuple[Any, ...], Work] = {}
+_WORK_LIMIT = 65536
+
+
+def derive(task: Any, machine: Mapping[str, Any]) -> tuple[float | None, Work]:
+    """(the task's duration in seconds or None, its :class:`Work`); rules in the module docstring."""
+    p = peaks_of(machine)
     host = task.host
-    return host[NAME] if host is not None else None
+    seconds = task.dur / 1e9 if task.dur > 0 else None
+    if host is None:  # a device task no operator launched: nothing is known of its work
+        key: tuple[Any, ...] = (None, None, None, None, 0, p)
+        name = count = moved = kind = None
+        kineto = 0
+    else:
+        name, count, moved, outputs, kineto = host[NAME], task.flops, task.bytes_moved, task.outputs, \
+            task.kineto_flops
+        kind = outputs[1][0] if outputs is not None and outputs[1] else _first_tensor_dtype(task.dtypes)
+        key = (name, count, moved, kind, kineto, p)
+    found = _WORK.get(key)
+    if found is None:
+        found = Work(name, count, moved, kind, kineto, p)
+        if len(_WORK) >= _WORK_LIMIT:
+            _WORK.clear()
+        _WORK[key] = found
+    return seconds, found
 
 
-def seconds(task: Any) -> float | None:
-    return task.dur / 1e9 if task.dur > 0 else None
+def _first_tensor_dtype(dtypes: Any) -> str | None:
+    for d in dtypes or ():
+        if d in opmath.DTYPE_BYTES:
+            return d
+    return None
 
 
-def work(task: Any) -> tuple[int | None, int | None]:
-    """(cube FLOPs, vector FLOPs) of the task, each None when unknown."""
-    name = op_name(task)
-    if name is None:
-        return None, None
+def work(name: str, count: int | None, kineto_flops: int = 0) -> tuple[int | None, int | None]:
+    """(cube FLOPs, vector FLOPs) of operator ``name`` whose opmath FLOPs are ``count``."""
     unit = opmath.unit(name)
-    count = task.flops
-    if count is None and unit == opmath.CUBE and name == "aten::conv2d" and task.kineto_flops:
-        count = task.kineto_flops  # Kineto saw stride/padding; opmath only sees shapes
+    if count is None and unit == opmath.CUBE and name == "aten::conv2d" and kineto_flops:
+        count = kineto_flops  # Kineto saw stride/padding; opmath only sees shapes
     if unit == opmath.CUBE:
         return count, 0
     if unit == opmath.VECTOR:
@@ -139,29 +226,8 @@ def work(task: Any) -> tuple[int | None, int | None]:
     return None, None
 
 
-def dtype(task: Any) -> str | None:
-    """Kineto dtype of the op's data: its output's, else its first tensor input's."""
-    outputs = task.outputs
-    if outputs is not None and outputs[1]:
-        return outputs[1][0]
-    for d in task.dtypes or ():
-        if d in opmath.DTYPE_BYTES:
-            return d
-    return None
-
-
-def peak(machine: Mapping[str, Any], key: str, kineto_dtype: str | None) -> float | None:
-    """The calibrated peak for ``kineto_dtype`` (FLOP/s), or None when it was not measured."""
-    table = machine.get(key)
-    if not isinstance(table, Mapping) or kineto_dtype is None:
-        return None
-    value = table.get(opmath.TORCH_DTYPE.get(kineto_dtype, ""))
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
-def bandwidth(machine: Mapping[str, Any]) -> float | None:
-    value = machine.get(MEMORY_PEAK)
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+def seconds(task: Any) -> float | None:
+    return task.dur / 1e9 if task.dur > 0 else None
 
 
 def unit_time(amount: int | None, rate: float | None) -> float | None:
@@ -177,6 +243,13 @@ def ratio(part: float | None, whole: float | None) -> float | None:
     if part is None or not whole:
         return None
     return part / whole
+
+
+def ratio_cell(part: float | None, whole: float | None) -> str:
+    """``part / whole`` with 3 decimals, or N/A."""
+    if part is None or not whole:
+        return NA
+    return f"{part / whole:.3f}"
 
 
 # -- cells -----------------------------------------------------------------------------------

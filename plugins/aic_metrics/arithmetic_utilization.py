@@ -63,32 +63,32 @@ SOURCES = {
 }
 
 
-def _in_class(amount: int | None, kind: str | None, members: frozenset[str] | None) -> int | None:
-    """The part of a unit's work in a dtype class (``members`` None = every dtype not named)."""
-    if amount == 0:
-        return 0
-    if kind is None:
-        return None
-    inside = kind not in _VECTOR_NAMED if members is None else kind in members
-    return amount if inside else 0
+def _classes(w: g.Work) -> tuple[tuple[float | None, bool], ...]:
+    """Per ratio column: (unit time of the class's work, whether the work is in the class).
+    Work outside the class, or none at all, shows 0; inside it, its time over the duration."""
+    out = []
+    for unit_time, amount, members in ((w.mac, w.cube, _FP16), (w.mac, w.cube, _INT8),
+                                       (w.vec, w.vector, _FP32), (w.vec, w.vector, _FP16),
+                                       (w.vec, w.vector, _INT32), (w.vec, w.vector, None)):
+        if amount == 0:
+            out.append((0.0, False))
+        elif w.dtype is None:
+            out.append((None, True))  # unknown dtype: the class is unknown
+        else:
+            inside = w.dtype not in _VECTOR_NAMED if members is None else w.dtype in members
+            out.append((unit_time, True) if inside else (0.0, False))
+    return tuple(out)
 
 
 def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
-    duration = g.seconds(task)
-    cube, vector = g.work(task)
-    kind = g.dtype(task)
-    matmul_peak = g.peak(machine, g.MATMUL_PEAK, kind)
-    vector_peak = g.peak(machine, g.VECTOR_PEAK, kind)
-
-    def share(amount: int | None, members: frozenset[str] | None, rate: float | None) -> str:
-        return g.f3(g.ratio(g.unit_time(_in_class(amount, kind, members), rate), duration))
-
-    cycles = g.counters(task, CUPTI).get(CYCLES)
-    return [g.duration_us(task), g.integer(cycles),
-            share(cube, _FP16, matmul_peak), share(cube, _INT8, matmul_peak),
-            share(vector, _FP32, vector_peak), share(vector, _FP16, vector_peak),
-            share(vector, _INT32, vector_peak), share(vector, None, vector_peak),
-            g.integer(cube), g.integer(vector)]
+    seconds, w = g.derive(task, machine)
+    cached = w.cells.get(GROUP)
+    if cached is None:
+        cached = w.cells[GROUP] = (_classes(w), g.integer(w.cube), g.integer(w.vector))
+    classes, cube, vector = cached
+    shares = [g.ratio_cell(time, seconds) if inside else "0.000" for time, inside in classes]
+    cycles = g.counters(task, CUPTI).get(CYCLES) if task.extra else None
+    return [g.duration_us(task), g.integer(cycles), *shares, cube, vector]
 
 
 @hookimpl

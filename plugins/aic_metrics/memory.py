@@ -57,22 +57,24 @@ SOURCES = {
 }
 
 
-def _bw(amount: float | None, duration: float | None) -> str:
-    rate = g.ratio(amount, duration)
-    return NA if rate is None else f"{rate / g.GB:.3f}"
+def _bw(amount: float | None, seconds: float | None) -> str:
+    if amount is None or not seconds:
+        return NA
+    return f"{amount / seconds / g.GB:.3f}"
 
 
 def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
-    duration = g.seconds(task)
-    cupti = g.counters(task, CUPTI)
-    moved = task.bytes_moved
-    read = cupti.get(DRAM_READ, moved[0] if moved is not None else None)
-    written = cupti.get(DRAM_WRITE, moved[1] if moved is not None else None)
-    l2_read, l2_write = cupti.get(L2_READ), cupti.get(L2_WRITE)
-    return [g.duration_us(task), g.integer(cupti.get(CYCLES)), NA, NA, NA, NA,
-            _bw(None if l2_read is None else l2_read * SECTOR_BYTES, duration),
-            _bw(None if l2_write is None else l2_write * SECTOR_BYTES, duration),
-            _bw(read, duration), _bw(written, duration)]
+    seconds, w = g.derive(task, machine)
+    read, written = w.read, w.written
+    cycles = l2_read = l2_write = None
+    if task.extra:  # CUDA: the kernel's own counts, when Kineto delivered them
+        cupti = g.counters(task, CUPTI)
+        read, written = cupti.get(DRAM_READ, read), cupti.get(DRAM_WRITE, written)
+        cycles, l2_read, l2_write = cupti.get(CYCLES), cupti.get(L2_READ), cupti.get(L2_WRITE)
+    return [g.duration_us(task), g.integer(cycles), NA, NA, NA, NA,
+            _bw(None if l2_read is None else l2_read * SECTOR_BYTES, seconds),
+            _bw(None if l2_write is None else l2_write * SECTOR_BYTES, seconds),
+            _bw(read, seconds), _bw(written, seconds)]
 
 
 @hookimpl

@@ -45,11 +45,17 @@ def _kb(amount: float | None) -> str:
 
 
 def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
-    cupti = g.counters(task, CUPTI)
-    moved = task.bytes_moved
-    read = cupti.get(DRAM_READ, moved[0] if moved is not None else None)
-    written = cupti.get(DRAM_WRITE, moved[1] if moved is not None else None)
-    return [_kb(read), _kb(written), NA, NA, NA, NA, NA]
+    if task.extra:  # CUDA: the kernel's own DRAM counts, when Kineto delivered them
+        cupti = g.counters(task, CUPTI)
+        moved = task.bytes_moved
+        read = cupti.get(DRAM_READ, moved[0] if moved is not None else None)
+        written = cupti.get(DRAM_WRITE, moved[1] if moved is not None else None)
+        return [_kb(read), _kb(written), NA, NA, NA, NA, NA]
+    _, w = g.derive(task, machine)
+    row = w.cells.get(GROUP)
+    if row is None:
+        row = w.cells[GROUP] = [_kb(w.read), _kb(w.written), NA, NA, NA, NA, NA]
+    return list(row)
 
 
 @hookimpl

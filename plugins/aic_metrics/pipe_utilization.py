@@ -67,22 +67,24 @@ SOURCES = {
 }
 
 
+def _static_cells(w: g.Work) -> tuple[str, ...]:
+    """vec/mac/mte2/mte3 times and memory_bound: none depends on the duration (it cancels out of
+    mte2_ratio / max(mac_ratio, vec_ratio))."""
+    compute = max(w.mac, w.vec) if w.mac is not None and w.vec is not None else None
+    return g.us(w.vec), g.us(w.mac), g.us(w.mte2), g.us(w.mte3), g.ratio_cell(w.mte2, compute)
+
+
 def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
-    duration = g.seconds(task)
-    cube, vector = g.work(task)
-    kind = g.dtype(task)
-    mac = g.unit_time(cube, g.peak(machine, g.MATMUL_PEAK, kind))
-    vec = g.unit_time(vector, g.peak(machine, g.VECTOR_PEAK, kind))
-    moved = task.bytes_moved
-    bandwidth = g.bandwidth(machine)
-    mte2 = g.unit_time(moved[0], bandwidth) if moved is not None else None
-    mte3 = g.unit_time(moved[1], bandwidth) if moved is not None else None
-    mac_ratio, vec_ratio = g.ratio(mac, duration), g.ratio(vec, duration)
-    mte2_ratio, mte3_ratio = g.ratio(mte2, duration), g.ratio(mte3, duration)
-    compute = max(mac_ratio, vec_ratio) if mac_ratio is not None and vec_ratio is not None else None
-    bound = g.ratio(mte2_ratio, compute)
-    return [g.duration_us(task), NA, g.us(vec), g.f3(vec_ratio), g.us(mac), g.f3(mac_ratio), NA, NA, NA, NA,
-            g.us(mte2), g.f3(mte2_ratio), g.us(mte3), g.f3(mte3_ratio), NA, g.f3(bound)]
+    seconds, w = g.derive(task, machine)
+    cells = w.cells.get(GROUP)
+    if cells is None:
+        cells = w.cells[GROUP] = _static_cells(w)
+    vec_us, mac_us, mte2_us, mte3_us, bound = cells
+    if not seconds:  # a zero duration: no ratio; and memory_bound is one only when they exist
+        bound = NA
+    ratio = g.ratio_cell
+    return [g.duration_us(task), NA, vec_us, ratio(w.vec, seconds), mac_us, ratio(w.mac, seconds), NA, NA, NA,
+            NA, mte2_us, ratio(w.mte2, seconds), mte3_us, ratio(w.mte3, seconds), NA, bound]
 
 
 @hookimpl
