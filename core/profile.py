@@ -44,6 +44,11 @@ class Profile:
     def iterations(self, device: int) -> list[Iteration]:
         return [Iteration.from_record(r) for r in self.records(rawstore.ITERATION_STREAM, device)]
 
+    def streams(self, device: int) -> Iterator[tuple[int, dict[str, list[Any]]]]:
+        """Each iteration's raw streams as stored, ``(index, {stream: records})``: for streams
+        whose records are lists (``ops``) or when an iteration's streams are read together."""
+        yield from rawstore.read(self._devices[device])
+
     def records(self, stream: str, device: int | None = None) -> Iterator[dict[str, Any]]:
         """Every raw record of ``stream``, tagged with ``_device`` and ``_iteration``."""
         for dev in [device] if device is not None else self.devices:

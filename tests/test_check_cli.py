@@ -47,7 +47,7 @@ def test_default_table(tmp_path: Path) -> None:
     assert lines[1].split() == ["key", "value", "from", "collected", "by"]
     rows = {line.split()[0]: line.split()[1:] for line in lines[3:] if not line.startswith("note")}
     assert rows["training_trace"] == ['"on"', "set", "training_trace"]
-    assert rows["l2"] == ['"off"', "default", "-"]
+    assert rows["l2"] == ['"off"', "default", "l2"]
     assert rows["output"] == [json.dumps(str(tmp_path.resolve())), "set", "core"]
     assert rows["aic_metrics"][0] == '"PipeUtilization"'
 

@@ -111,7 +111,8 @@ def dist_root(example: dict[str, str], tmp_path_factory: pytest.TempPathFactory)
 def job(dist_root: Path, tmp_path_factory: pytest.TempPathFactory
         ) -> tuple[Runner, subprocess.CompletedProcess]:
     runner = Runner(tmp_path_factory.mktemp("contributing_job"))
-    proc = runner.run(JOB, {"gc_trace": "on"}, env={"PYTHONPATH": str(dist_root)})
+    # the example alone (task_trace is on by default, and its files are not the example's)
+    proc = runner.run(JOB, {"gc_trace": "on", "task_trace": "off"}, env={"PYTHONPATH": str(dist_root)})
     return runner, proc
 
 

@@ -149,7 +149,7 @@ def main_run(tmp_path_factory) -> Run:
 VARIANTS = {
     "include": {"msproftx": "on", "mstx_domain_include": "io"},
     "exclude": {"msproftx": "on", "mstx_domain_exclude": "io, record_function"},
-    "txoff": {"training_trace": "on"},
+    "txoff": {"training_trace": "on", "task_trace": "off"},
 }
 
 

@@ -13,6 +13,9 @@ import pytest
 
 from conftest import clean_env, jobprof_cli, raw_iterations
 
+#: the step trace alone: these tests check the exact file set of the lifecycle
+STEP = {"training_trace": "on", "task_trace": "off"}
+
 TRAIN = """
 import os, sys, time
 import torch
@@ -43,8 +46,8 @@ def exported(device_dir) -> dict[str, list[int]]:
 
 
 def test_a_process_that_never_steps_writes_nothing(runner):
-    runner.run("import torch\nx = torch.randn(3) * 2\nprint(x.sum())\n", {"training_trace": "on"})
-    runner.run("print('no torch here')\n", {"training_trace": "on"})
+    runner.run("import torch\nx = torch.randn(3) * 2\nprint(x.sum())\n", STEP)
+    runner.run("print('no torch here')\n", STEP)
     assert not runner.out.exists()
 
 
@@ -52,14 +55,14 @@ def test_torch_imported_late_is_still_profiled(runner):
     script = TRAIN.replace("import torch\nfrom torch import nn\n", "").replace(
         "def train(steps, pause=0.0):\n",
         "def train(steps, pause=0.0):\n    import torch\n    from torch import nn\n")
-    runner.run("import time\ntime.sleep(0.2)\n" + script, {"training_trace": "on"}, args=["4"])
+    runner.run("import time\ntime.sleep(0.2)\n" + script, STEP, args=["4"])
     assert exported(runner.device_dir()) == {"summary/step_trace.csv": [1, 2, 3, 4],
                                              "timeline/step_trace.json": [1, 2, 3, 4],
                                              "timeline/msprof.json": [1, 2, 3, 4]}
 
 
 def test_metadata_files_and_done_companions(runner):
-    runner.run(TRAIN, {"training_trace": "on"}, args=["3"])
+    runner.run(TRAIN, STEP, args=["3"])
     dirs = runner.prof_dirs()
     assert len(dirs) == 1
     import re
@@ -109,7 +112,7 @@ if __name__ == "__main__":
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_dataloader_workers_write_nothing(runner, method):
-    runner.run(DATALOADER, {"training_trace": "on"}, args=[method])
+    runner.run(DATALOADER, STEP, args=[method])
     prof = runner.prof_dirs()
     assert len(prof) == 1
     assert sorted(p.name for p in prof[0].iterdir()) == ["device_0"]
@@ -127,7 +130,7 @@ FORKED_TRAINER = TRAIN + """
 def test_forked_child_is_not_a_second_session(runner):
     # the parent trains 2 steps, then forks a child that trains 3: only the parent's 2 appear
     runner.run(FORKED_TRAINER.replace("train(int(sys.argv[1]) if len(sys.argv) > 1 else 5)", "train(2)"),
-               {"training_trace": "on"})
+               STEP)
     prof = runner.prof_dirs()[0]
     assert [p.name for p in prof.iterdir()] == ["device_0"]
     assert exported(prof / "device_0")["summary/step_trace.csv"] == [1, 2]
@@ -143,7 +146,7 @@ sys.exit(max(c.wait() for c in children))
 
 def test_child_processes_share_one_prof_dir(runner):
     runner.script(TRAIN, "job.py")
-    runner.run(runner.script(LAUNCHER, "launch.py"), {"training_trace": "on"})
+    runner.run(runner.script(LAUNCHER, "launch.py"), STEP)
     prof = runner.prof_dirs()
     assert len(prof) == 1  # the launcher never stepped and created nothing of its own
     assert sorted(p.name for p in prof[0].iterdir()) == ["device_0", "device_1"]
@@ -154,7 +157,7 @@ def test_child_processes_share_one_prof_dir(runner):
 
 def test_same_local_rank_twice_gets_distinct_device_dirs(runner):
     runner.script(TRAIN, "job.py")
-    runner.run(runner.script(LAUNCHER.replace('str(r)', '"0"'), "launch.py"), {"training_trace": "on"})
+    runner.run(runner.script(LAUNCHER.replace('str(r)', '"0"'), "launch.py"), STEP)
     devices = sorted(p.name for p in runner.prof_dirs()[0].iterdir())
     assert devices == ["device_0", "device_1"]  # no two processes ever share a folder
     pids = {json.loads((runner.prof_dirs()[0] / d / f"info.json.{d[-1]}").read_text())["pid"]
@@ -165,7 +168,8 @@ def test_same_local_rank_twice_gets_distinct_device_dirs(runner):
 def _start(runner, body: str, args: list[str]) -> subprocess.Popen:
     script = runner.script(body)
     env = clean_env(PROFILING_MODE="true",
-                    PROFILING_OPTIONS=json.dumps({"output": str(runner.out), "training_trace": "on"}))
+                    PROFILING_OPTIONS=json.dumps({"output": str(runner.out), "training_trace": "on",
+                                               "task_trace": "off"}))
     return subprocess.Popen([sys.executable, str(script), *args], cwd=runner.tmp, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -197,7 +201,7 @@ def test_sigterm_exports_every_finished_iteration(runner):
 def test_uncaught_exception_keeps_exit_code_and_exports(runner):
     body = TRAIN.replace('train(int(sys.argv[1]) if len(sys.argv) > 1 else 5)',
                          'train(4)\n    raise RuntimeError("boom")')
-    proc = runner.run(body, {"training_trace": "on"}, check=False)
+    proc = runner.run(body, STEP, check=False)
     assert proc.returncode == 1 and "RuntimeError: boom" in proc.stderr
     assert exported(runner.device_dir())["summary/step_trace.csv"] == [1, 2, 3, 4]
 
@@ -227,7 +231,7 @@ def test_sigkill_leaves_raw_data_that_export_renders(runner):
 
 
 def test_offline_export_reproduces_in_process_files(runner):
-    runner.run(TRAIN, {"training_trace": "on"}, args=["3"])
+    runner.run(TRAIN, STEP, args=["3"])
     device = runner.device_dir()
     before = {p.relative_to(device): p.read_bytes() for f in ("timeline", "summary")
               for p in (device / f).iterdir()}
@@ -245,7 +249,7 @@ def test_output_removed_mid_run_stops_collection_once(runner):
     open(os.environ["JOBPROF_JOB_DIR"], "w").close()  # a file where the folder was
     train(5)
     print("job finished", flush=True)''')
-    proc = runner.run(body, {"training_trace": "on"})
+    proc = runner.run(body, STEP)
     assert "job finished" in proc.stdout
     assert proc.stderr.count("collection stopped") == 1, proc.stderr
 
@@ -259,7 +263,8 @@ def test_file_size_limit_stops_collection_and_job_continues(runner):
 
     script = runner.script(TRAIN)
     env = clean_env(PROFILING_MODE="true",
-                    PROFILING_OPTIONS=json.dumps({"output": str(runner.out), "training_trace": "on"}))
+                    PROFILING_OPTIONS=json.dumps({"output": str(runner.out), "training_trace": "on",
+                                               "task_trace": "off"}))
     proc = subprocess.run([sys.executable, str(script), "5"], cwd=runner.tmp, env=env,
                           capture_output=True, text=True, preexec_fn=limit, timeout=120)
     assert proc.returncode == 0 and "step 5" in proc.stdout
@@ -270,9 +275,9 @@ def test_file_size_limit_stops_collection_and_job_continues(runner):
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 def test_profiling_mode_off_installs_nothing(runner):
     body = "import sys, torch\nprint('jobprof' in sys.modules, 'jobprof.session' in sys.modules)\n"
-    proc = runner.run(body, {"training_trace": "on"}, mode="false")
+    proc = runner.run(body, STEP, mode="false")
     assert proc.stdout.split() == ["False", "False"]
-    proc = runner.run(body, {"training_trace": "on"}, mode=None)
+    proc = runner.run(body, STEP, mode=None)
     assert proc.stdout.split() == ["False", "False"]
 
 
@@ -280,7 +285,7 @@ def test_profiling_on_imports_nothing_heavy_before_the_program_does(runner):
     body = ("import sys\n"
             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
             "print('jobprof.session' in sys.modules)\n")
-    proc = runner.run(body, {"training_trace": "on"})
+    proc = runner.run(body, STEP)
     assert proc.stdout.split("\n")[:2] == ["[]", "True"]  # the session waits for torch
 
 
@@ -298,4 +303,4 @@ def test_pth_line_and_autoload_agree_on_lookalikes():
 @pytest.mark.parametrize("mode", ["false", "0", "off", "disabled", ""])
 def test_off_values_import_nothing(runner, mode):
     body = "import sys\nprint('jobprof' in sys.modules)\n"
-    assert runner.run(body, {"training_trace": "on"}, mode=mode).stdout.strip() == "False"
+    assert runner.run(body, STEP, mode=mode).stdout.strip() == "False"
