@@ -20,7 +20,21 @@ Per task:
   (clamping would hide it);
 * CUPTI (CUDA only, UNVERIFIED: no GPU was available where this was written): per-kernel
   counter values Kineto attaches to the kernel's metadata (the task's ``extra`` JSON), read by
-  metric name.
+  metric name.  Kineto's range profiler may instead emit them as separate
+  ``cuda_profiler_range`` events; the core's operator tree would then have to join those to
+  their kernels for these columns to fill.
+
+Known limits on CUDA (UNVERIFIED): a task is a kernel and its FLOPs/bytes are those of the
+operator that launched it, so an operator that launches several kernels (a GEMM with a split-K
+reduction, a bias copy before the GEMM) shows its whole work on each of them; the task does not
+say how many kernels its operator launched.
+
+Calibration (the groups that need peaks): at session start on a CPU-only machine (about 0.3 s
+of start-up, in every process that imports torch with the group chosen -- a DataLoader worker
+started with ``spawn`` included); on a CUDA machine at the first root-module forward, on the
+device of the module's first parameter, so CUDA is never initialised by jobprof before the job
+does it (that first forward, and iteration 1, then include the calibration's time).  The
+result lands in info.json (``jobprof.calibration``), where ``jobprof export`` finds it again.
 """
 
 from __future__ import annotations
