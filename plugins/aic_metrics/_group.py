@@ -29,12 +29,12 @@ operator that launched it, so an operator that launches several kernels (a GEMM 
 reduction, a bias copy before the GEMM) shows its whole work on each of them; the task does not
 say how many kernels its operator launched.
 
-Calibration (the groups that need peaks): at session start on a CPU-only machine (about 0.3 s
-of start-up, in every process that imports torch with the group chosen -- a DataLoader worker
-started with ``spawn`` included); on a CUDA machine at the first root-module forward, on the
-device of the module's first parameter, so CUDA is never initialised by jobprof before the job
-does it (that first forward, and iteration 1, then include the calibration's time).  The
-result lands in info.json (``jobprof.calibration``), where ``jobprof export`` finds it again.
+Calibration (the groups that need peaks): once, at the first root-module forward, on the
+device of the module's first parameter (the CPU, or the GPU the model runs on).  Not at
+``import torch``: a DataLoader worker started with ``spawn`` imports torch too but never runs a
+forward, and CUDA must not be initialised by jobprof before the job does it.  The first
+forward, and so iteration 1, include the calibration's time (about 0.3 s on CPU).  The result
+lands in info.json (``jobprof.calibration``), where ``jobprof export`` finds it again.
 """
 
 from __future__ import annotations
@@ -82,19 +82,11 @@ def start(session: Any, *, flops: bool, peaks: bool, cupti: tuple[str, ...] = ()
 
 
 def calibrate_once(session: Any) -> None:
-    """``session.info["calibration"]``: CPU peaks now; on a CUDA machine the peaks of the device
-    the model runs on, at its first root-module forward (CUDA is not initialised before the job
-    does it; UNVERIFIED on a GPU here)."""
+    """``session.info["calibration"]``: the peaks of the device the model runs on, measured at
+    its first root-module forward (the CUDA path is UNVERIFIED on a GPU here)."""
     import torch
 
     if "calibration" in session.info:
-        return
-    try:
-        cuda = bool(torch.cuda.is_available())
-    except Exception:
-        cuda = False
-    if not cuda:
-        _record(session, torch, "cpu")
         return
     done: list[bool] = []
 
