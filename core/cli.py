@@ -110,6 +110,14 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     files: dict[str, list[str]] = {}
     for name, specs in manager.call("jobprof_writers", config=None):
         files[name] = [f"{s.folder}/{s.name}_<dev>_<model>_<iter>.{s.extension}" for s in specs]
+    # metric groups write no file of their own: they add op_summary columns
+    groups = list(options.METRIC_GROUPS)
+    for _, fragment in manager.call("jobprof_options_schema"):
+        groups += fragment.get("properties", {}).get("aic_metrics", {}).get("enum", [])
+    for group in dict.fromkeys(groups):
+        for name, metric_set in manager.call("jobprof_aic_metrics", name=group):
+            files.setdefault(name, []).append(f"op_summary columns: aic_metrics={group} "
+                                              f"({len(metric_set.columns)} columns)")
     for name in keys.keys() | files.keys():
         if manager.record(name) is not None and manager.record(name).status == "active":
             manager.update(name, option_keys=keys.get(name, ()), files=files.get(name, ()))

@@ -32,6 +32,9 @@ MSPROF_DEFAULT = {
     "aic_metrics": "PipeUtilization",
     "msproftx": "off",
 }
+#: msprof's aic_metrics groups (contract 1.2); each is a plugin answering jobprof_aic_metrics
+METRIC_GROUPS = ("PipeUtilization", "ArithmeticUtilization", "Memory", "MemoryL0", "MemoryUB",
+                 "ResourceConflictRatio", "L2Cache", "MemoryAccess")
 #: keys a plugin fragment may widen with ``{"enum": [...]}``: a third-party aic_metrics group
 #: adds its name to the accepted values
 WIDENED_KEYS = frozenset({"aic_metrics"})

@@ -206,8 +206,8 @@ class Session:
             group = self.config.get("aic_metrics")
             if group and meta.metrics is None:
                 self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "
-                                      "so op_summary gets no metric columns (`jobprof plugins` lists "
-                                      "the groups)")
+                                      "so op_summary gets no metric columns (`jobprof plugins` shows "
+                                      "which plugin answers each group)")
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
