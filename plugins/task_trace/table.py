@@ -58,12 +58,12 @@ class Signatures:
     """
 
     def __init__(self) -> None:
-        self._cells: dict[bytes, tuple[tuple[str, ...], tuple[str, str, str]]] = {}
+        self._cells: dict[bytes, tuple[tuple[str, str, str], tuple[str, str, str]]] = {}
 
-    def lookup(self, task: optree.Task) -> tuple[tuple[str, ...], tuple[str, str, str]]:
-        """((shapes, dtypes, formats, and the three as CSV cells), output CSV cells) of a task
-        whose operator's inputs were recorded.  Outputs are a function of the signature
-        (``Task.outputs`` derives them from the operator's name and inputs)."""
+    def lookup(self, task: optree.Task) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
+        """(input CSV cells, output CSV cells) of a task whose operator's inputs were recorded.
+        Outputs are a function of the signature (``Task.outputs`` derives them from the
+        operator's name and inputs)."""
         host = task.host
         try:
             key: bytes | None = marshal.dumps((host[NAME], host[SHAPES], host[DTYPES], host[STRIDES]), 2)
@@ -73,7 +73,7 @@ class Signatures:
         if found is None:
             raw = input_cells(host[SHAPES], host[DTYPES], host[STRIDES])
             out = output_cells(task.outputs)
-            found = ((*raw, csv_cell(raw[0]), csv_cell(raw[1]), csv_cell(raw[2])),
+            found = ((csv_cell(raw[0]), csv_cell(raw[1]), csv_cell(raw[2])),
                      (NA, NA, NA) if out is None else (csv_cell(out[0]), csv_cell(out[1]), csv_cell(out[2])))
             if key is not None:
                 self._cells[key] = found
@@ -112,14 +112,12 @@ class TaskTable:
         self.op_type_cells = [types.get(n) or types.setdefault(n, csv_cell(n)) for n in self.op_types]
         self.signatures = Signatures()
         self._inputs: Any = None
-        self._quoted: Any = None
         self._outputs: Any = None
 
     def _io(self) -> None:
         """Input and output cells of every task, through the signature cache."""
         n = len(self.tasks)
-        raw = ([NA] * n, [NA] * n, [NA] * n)
-        quoted = ([NA] * n, [NA] * n, [NA] * n)
+        inputs = ([NA] * n, [NA] * n, [NA] * n)
         outputs = ([NA] * n, [NA] * n, [NA] * n)
         lookup = self.signatures.lookup
         for j, t in enumerate(self.tasks):
@@ -127,24 +125,17 @@ class TaskTable:
             if host is None or host[SHAPES] is None:
                 continue
             cells, out = lookup(t)
-            raw[0][j], raw[1][j], raw[2][j], quoted[0][j], quoted[1][j], quoted[2][j] = cells
+            inputs[0][j], inputs[1][j], inputs[2][j] = cells
             outputs[0][j], outputs[1][j], outputs[2][j] = out
-        self._inputs, self._quoted, self._outputs = raw, quoted, outputs
+        self._inputs, self._outputs = inputs, outputs
 
     @property
-    def raw_inputs(self) -> tuple[list[str], list[str], list[str]]:
-        """(Input Shapes, Input Data Types, Input Formats) per task, unquoted; N/A when the
+    def inputs(self) -> tuple[list[str], list[str], list[str]]:
+        """(Input Shapes, Input Data Types, Input Formats) CSV cells per task; N/A when the
         operator's inputs were not recorded (task_trace l0) or a kernel has no operator."""
         if self._inputs is None:
             self._io()
         return self._inputs
-
-    @property
-    def inputs(self) -> tuple[list[str], list[str], list[str]]:
-        """The input cells as CSV cells (quoted where they hold commas)."""
-        if self._quoted is None:
-            self._io()
-        return self._quoted
 
     @property
     def outputs(self) -> tuple[list[str], list[str], list[str]]:

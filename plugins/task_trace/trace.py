@@ -38,6 +38,7 @@ FLOW_CAT = "HostToDevice"
 #: overlapping lane k of OS thread t is track ``t + k * LANE_STRIDE`` (Linux thread ids stay
 #: below 2**22, the largest pid_max, so lanes never collide with another thread)
 LANE_STRIDE = 1 << 22
+_NOT_HOST = ("gpu_", "cuda_profiler")
 
 
 def _device_threads(timeline: Timeline, pid: int, tab: TaskTable) -> None:
@@ -102,35 +103,36 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     records = view.records
     offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns
     host_pid = timeline.process(HOST_PROCESS, HOST_LABEL)
-    host = [i for i, r in enumerate(records) if r[KIND] not in optree.DEVICE_KINDS]
+    # host calls only: not the device work, nor Kineto's projections of ranges onto GPU
+    # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
+    host = [i for i, r in enumerate(records) if r[KIND] not in optree.DEVICE_KINDS
+            and not r[KIND].startswith(_NOT_HOST)]
     lanes = _host_lanes(view) if any(view.lane) else {}
     track = {}  # record -> its host track
-    for tid in sorted(view.threads):
+    for tid in sorted({records[i][TID] for i in host}):
         timeline.thread(host_pid, tid, f"Thread {tid}")
+    hosted = set(host) if len(host) != len(records) else None
     for i, k in sorted(lanes.items(), key=lambda item: item[1]):
+        if hosted is not None and i not in hosted:
+            continue
         tid = records[i][TID]
         track[i] = tid + k * LANE_STRIDE
         timeline.thread(host_pid, track[i], f"Thread {tid} (overlapping)" if k == 1
                         else f"Thread {tid} (overlapping {k})", sort_index=tid)
-    op_types: dict[str, str] = {}
-    events: list[dict[str, Any]] = []
-    add = events.append
-    ts_of: dict[int, float] = {}
-    for i in host:
-        r = records[i]
-        start = r[START] + offset
-        ts = ts_of[i] = start / 1000.0
-        kind = r[KIND]
-        name = r[NAME]
-        if kind == "cpu_op":
-            op = op_types.get(name) or op_types.setdefault(name, optree.op_type(name))
-            # PyTorch's own trace args: every argument as recorded (non-tensors as [])
-            args = {"Op Type": op} if r[SHAPES] is None else \
-                {"Op Type": op, "Input Dims": r[SHAPES], "Input type": r[DTYPES]}
-        else:
-            args = {"Event Type": kind}
-        add({"name": name, "pid": host_pid, "tid": track.get(i, r[TID]), "ts": ts,
-             "dur": (start + r[DUR]) / 1000.0 - ts, "args": args, "ph": "X"})
+    hosts = [records[i] for i in host]
+    starts = [r[START] + offset for r in hosts]
+    ts = [s / 1000.0 for s in starts]
+    ts_of = dict(zip(host, ts, strict=True))
+    tracks = [track.get(i, r[TID]) for i, r in zip(host, hosts, strict=True)] if track else \
+        [r[TID] for r in hosts]
+    # args: the operator type, and PyTorch's own trace args for the inputs (every argument as
+    # recorded, non-tensors as []); other records (blocks, runtime calls) say what they are
+    op_types = {name: optree.op_type(name) for name in {r[NAME] for r in hosts}}
+    events = [{"name": r[NAME], "pid": host_pid, "tid": tid, "ts": t, "dur": (s + r[DUR]) / 1000.0 - t,
+               "args": ({"Op Type": op_types[r[NAME]]} if r[SHAPES] is None else
+                        {"Op Type": op_types[r[NAME]], "Input Dims": r[SHAPES], "Input type": r[DTYPES]})
+               if r[KIND] == "cpu_op" else {"Event Type": r[KIND]}, "ph": "X"}
+              for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
     if tab is not None:
         _add_tasks(ctx, timeline, view, tab, host_pid, track, ts_of, events)
     timeline.add(events)
@@ -151,8 +153,8 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab:
     records = view.records
     sources = [view.launch_of(t) for t in tab.tasks] if view.has_device else [t.index for t in tab.tasks]
     for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams, tab.ts, strict=True)):
-        if source < 0:
-            continue  # a kernel whose launch was not recorded
+        if source not in ts_of:
+            continue  # a kernel whose launch was not recorded (-1)
         events.append({"name": FLOW_CAT, "ph": "s", "cat": FLOW_CAT, "id": flow, "pid": host_pid,
                        "tid": track.get(source, records[source][TID]), "ts": ts_of[source]})
         events.append({"name": FLOW_CAT, "ph": "f", "bp": "e", "cat": FLOW_CAT, "id": flow, "pid": pid,
