@@ -1,0 +1,83 @@
+"""The operator tier on a real GPU: kernels, copies and fills as tasks on their streams, linked
+to the operators that launched them.  Skipped where torch sees no CUDA device (every CI machine
+so far); run on a GPU machine with ``python -m pytest -q tests/test_cuda.py``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import Runner, check_timeline, raw, read_csv
+
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+
+MODEL = 4294967295
+JOB = """
+import torch
+from torch import nn
+dev = torch.device("cuda:0")
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)).to(dev)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+host = torch.randn(64, 256).pin_memory()
+a, b = torch.randn(512, 256, device=dev), torch.randn(256, 128, device=dev)
+for i in range(6):
+    x = host.to(dev, non_blocking=True)           # a host-to-device copy per iteration
+    opt.zero_grad()
+    model(x).sum().backward()
+    torch.mm(a, b)                                 # a GEMM of known size
+    torch.zeros(1024, device=dev)                  # a memset / fill kernel
+    (x > 0).nonzero()                              # synchronises: runs partly on the host
+    opt.step()
+torch.cuda.synchronize()
+print("CUDA JOB DONE")
+"""
+
+
+@pytest.fixture(scope="module")
+def gpu_run(tmp_path_factory) -> Runner:
+    runner = Runner(tmp_path_factory.mktemp("cuda"))
+    proc = runner.run(JOB, {"training_trace": "on", "task_trace": "on", "aicpu": "on",
+                            "aic_metrics": "ArithmeticUtilization"}, timeout=300)
+    assert "CUDA JOB DONE" in proc.stdout
+    return runner
+
+
+def test_kernels_are_the_tasks(gpu_run):
+    device = gpu_run.device_dir()
+    info = json.loads((device / "info.json.0").read_text())
+    assert info["DeviceInfo"][0]["type"] == "CUDA"
+    assert info["jobprof"]["calibration"]["device"].startswith("cuda")
+    for i in range(2, 7):
+        rows = read_csv(device / "summary" / f"op_summary_0_{MODEL}_{i}.csv")
+        kinds = {r["Task Type"] for r in rows}
+        assert "CUDA" in kinds and "MEMCPY" in kinds, kinds
+        gemm = [r for r in rows if r["OP Type"] == "mm" and r["Input Shapes"] == "512,256;256,128"]
+        assert gemm, "the GEMM's kernel is attributed to aten::mm with its input shapes"
+        assert all(r["Block Dim"] not in ("N/A", "") and int(r["Block Dim"]) > 0 for r in gemm)
+        assert int(gemm[0]["cube_fops"]) == 2 * 512 * 256 * 128
+        streams = {r["Stream ID"] for r in rows if r["Task Type"] == "CUDA"}
+        assert streams and all(s.isdigit() for s in streams)
+
+
+def test_flows_link_launches_to_kernels(gpu_run):
+    device = gpu_run.device_dir()
+    events = check_timeline(device / "timeline" / f"msprof_0_{MODEL}_3.json")
+    tasks = {(e["pid"], e["tid"], e["ts"]) for e in events if e.get("ph") == "X"}
+    ends = [e for e in events if e.get("ph") == "f" and e.get("cat") == "HostToDevice"]
+    assert ends and all((e["pid"], e["tid"], e["ts"]) in tasks for e in ends)
+    check_timeline(device / "timeline" / f"task_time_0_{MODEL}_3.json")
+
+
+def test_host_only_operators_are_marked(gpu_run):
+    rows = read_csv(gpu_run.device_dir() / "summary" / f"aicpu_0_{MODEL}_3.csv")
+    nodes = [r["Node"] for r in rows]
+    assert any(n.endswith("[host]") for n in nodes), nodes
+    assert not any(n.startswith("aten::mm") and n.endswith("[host]") for n in nodes)
+
+
+def test_every_iteration_has_device_records(gpu_run):
+    for index, streams in raw(gpu_run.device_dir()).items():
+        kinds = {r[4] for r in streams.get("ops", [])}
+        assert "kernel" in kinds, (index, kinds)
