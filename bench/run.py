@@ -75,12 +75,13 @@ def main(argv: list[str] | None = None) -> int:
                         f"an overhead; default {json.dumps(steps.OPTIONS)})")
     parser.add_argument("--optier-repeats", type=int, help="optier rounds of 4 arms (default 7, quick 2)")
     parser.add_argument("--optier-steps", type=int, help=f"steps per optier run (default {optier.STEPS}, "
-                        "quick 60)")
+                        "quick 50)")
     parser.add_argument("--optier-metrics", action="store_true",
                         help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
                         "with_flops (needs a plugin answering that group)")
     parser.add_argument("--export-iterations", type=int,
-                        help="iterations of the profile export re-renders (default 100, quick 30)")
+                        help="iterations of the profile export re-renders (default 100, quick 20; "
+                        "quick leaves out the aic_metrics case)")
     args = parser.parse_args(argv)
 
     report: dict[str, Any] = {"machine": machine(), "mode": "quick" if args.quick else "full"}
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "optier"):
             n = max(args.optier_repeats or (2 if args.quick else 7), 2)
             with measured() as result:
-                result.update(optier.run(n, steps=args.optier_steps or (60 if args.quick else optier.STEPS),
+                result.update(optier.run(n, steps=args.optier_steps or (50 if args.quick else optier.STEPS),
                                          with_metrics=args.optier_metrics))
             report["optier"] = result
             table += optier.rows(result)
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             table += optier.memory_rows(result)
         if args.only in (None, "export"):
             with measured() as result:
-                result.update(export_rate.run(args.export_iterations or (30 if args.quick else 100),
-                                              passes=2 if args.quick else 3))
+                result.update(export_rate.run(args.export_iterations or (20 if args.quick else 100),
+                                              passes=2 if args.quick else 3, with_metrics=not args.quick))
             report["export"] = result
             table += export_rate.rows(result)
             notes += export_rate.notes(result)
