@@ -8,7 +8,9 @@ equal length).  The cells follow the contract: one item per tensor, tensors sepa
   dtype: ``Scalar`` (a Python number), ``ScalarList`` (an int list such as a size), ``""``
   (None, strings, other values) and ``TensorList`` (``torch.cat``'s input: Kineto keeps no
   per-tensor shapes for lists, so they cannot be listed either).  A 0-dim tensor is a tensor:
-  it appears as an empty item (``"8,1;"``) with its dtype.
+  it appears as an empty item with its dtype.  That includes a Python number PyTorch wraps
+  into a 0-dim tensor for a Tensor argument: ``x.add_(1)`` on a (4, 8) float tensor lists
+  ``"4,8;"`` and ``float32;int64`` (the ``alpha`` Scalar is left out).
 * Data types use torch's names (``float32``, ``bfloat16``, ``int64``), mapped from the C++
   names Kineto records (``float``, ``c10::BFloat16``, ``long int``).
 * Formats are the memory layout read from the strides, in PyTorch's terms: ``contiguous``
