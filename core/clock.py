@@ -32,8 +32,11 @@ class ClockAnchor:
         return self.epoch_ns + (monotonic_ns - self.monotonic_ns)
 
     def to_us(self, monotonic_ns: int) -> float:
-        """Epoch microseconds as a float (about 0.25 us resolution at today's epoch)."""
-        return self.to_epoch_ns(monotonic_ns) / 1000.0
+        """Epoch microseconds as a float (about 0.25 us resolution at today's epoch).
+
+        ``int / int``: correctly rounded (an int above 2**53 divided by ``1000.0`` would be
+        rounded to 256 ns first)."""
+        return self.to_epoch_ns(monotonic_ns) / 1000
 
     def stamp(self, monotonic_ns: int) -> str:
         """Exact epoch microseconds with 3 decimals, as CSV files print them."""

@@ -42,8 +42,10 @@ STREAM = "ops"
 NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
 #: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)
 DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
-#: how many finished windows may wait for the sink thread before the oldest is dropped
-MAX_WINDOWS = 64
+#: how many finished windows may wait for the sink thread before the oldest is dropped (the
+#: sink takes them at least every 0.1 s; a starved one falls this far behind only under heavy
+#: load); a drop is reported at exit
+MAX_WINDOWS = 256
 
 
 @attrs.frozen
@@ -173,6 +175,14 @@ class OpCapture:
             except Exception as exc:
                 self._fail(f"PyTorch's profiler failed at an iteration end: {type(exc).__name__}: "
                            f"{exc}")
+
+    def exit_notes(self) -> list[str]:
+        """What the user should hear at exit about lost operator data."""
+        if not self.dropped_windows:
+            return []
+        return [f"operator capture: {self.dropped_windows} iteration window(s) were dropped because the "
+                f"background exporter fell more than {MAX_WINDOWS} iterations behind (machine "
+                "overloaded?); those iterations have no operator files"]
 
     def stop(self) -> None:
         """Disable Kineto for good (session end; the unfinished window is dropped)."""

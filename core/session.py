@@ -173,6 +173,8 @@ class Session:
                 self.sink.settle()  # deferred hand-overs read collectors that session_end stops
             if self.ops is not None:
                 self.ops.stop()
+                for note in self.ops.exit_notes():
+                    self.reporter.warning(note)
             self.manager.call("jobprof_session_end", only_active=True, session=self)
             if self.sink is not None:
                 self.sink.close()

@@ -50,6 +50,7 @@ class Timeline:
         self._threads: set[tuple[int, int]] = set()
         self.metadata: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
+        self.texts: list[str] = []
 
     def process(self, name: str, label: str = HOST_LABEL, sort_index: int | None = None) -> int:
         """The pid of process ``name`` in this file (the same name always gives the same pid)."""
@@ -81,11 +82,18 @@ class Timeline:
     def add(self, events: Iterable[dict[str, Any]]) -> None:
         self.events.extend(events)
 
+    def add_text(self, events: Iterable[str]) -> None:
+        """Add events already serialised, one JSON object text each.  For layers with many
+        events (operators: ~9 per task): formatting an event directly costs a third of
+        building its dict and ``json.dumps``-ing it.  The text must be valid JSON."""
+        self.texts.extend(events)
+
     def render(self) -> str | None:
         """The file's text, or None when no plugin added an event."""
-        if not self.events:
+        if not self.events and not self.texts:
             return None
-        return json.dumps(self.metadata + self.events)
+        parts = [json.dumps(self.metadata + self.events)[1:-1], *self.texts]
+        return "[" + ", ".join(p for p in parts if p) + "]"
 
 
 def render_master(manager: PluginManager, ctx: ExportContext) -> str | None:

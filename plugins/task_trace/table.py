@@ -99,8 +99,8 @@ class TaskTable:
         self.wait_cells = [f"{w // 1000}.{w % 1000:03d}" for w in (t.wait for t in tasks)]
         # timeline ts and dur: dur is the difference of the two rounded floats, so ts + dur
         # lands exactly on the end and nesting survives the rounding
-        self.ts = [s / 1000.0 for s in starts]
-        self.tdur = [e / 1000.0 - ts for e, ts in zip(ends, self.ts, strict=True)]
+        self.ts = [s / 1000 for s in starts]
+        self.tdur = [e / 1000 - ts for e, ts in zip(ends, self.ts, strict=True)]
         self.streams = [t.stream for t in tasks]
         self.task_ids = [t.task_id for t in tasks]
         self.core_types = [t.core_type for t in tasks]

@@ -121,64 +121,84 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
                         else f"Thread {tid} (overlapping {k})", sort_index=tid)
     hosts = [records[i] for i in host]
     starts = [r[START] + offset for r in hosts]
-    ts = [s / 1000.0 for s in starts]
+    ts = [s / 1000 for s in starts]
     ts_of = dict(zip(host, ts, strict=True))
     tracks = [track.get(i, r[TID]) for i, r in zip(host, hosts, strict=True)] if track else \
         [r[TID] for r in hosts]
     # args: the operator type, and PyTorch's own trace args for the inputs (every argument as
-    # recorded, non-tensors as []); other records (blocks, runtime calls) say what they are
-    op_types = {name: optree.op_type(name) for name in {r[NAME] for r in hosts}}
-    events = [{"name": r[NAME], "pid": host_pid, "tid": tid, "ts": t, "dur": (s + r[DUR]) / 1000.0 - t,
-               "args": ({"Op Type": op_types[r[NAME]]} if r[SHAPES] is None else
-                        {"Op Type": op_types[r[NAME]], "Input Dims": r[SHAPES], "Input type": r[DTYPES]})
-               if r[KIND] == "cpu_op" else {"Event Type": r[KIND]}, "ph": "X"}
+    # recorded, non-tensors as []); other records (blocks, runtime calls) say what they are.
+    # Formatted as text (see Timeline.add_text): names and arg heads once per distinct name
+    heads: dict[tuple[str, str], str] = {}
+    for r in hosts:
+        key = (r[NAME], r[KIND])
+        if key not in heads:
+            args = f'{{"Op Type": {json.dumps(optree.op_type(r[NAME]))}' if r[KIND] == "cpu_op" \
+                else f'{{"Event Type": {json.dumps(r[KIND])}'
+            heads[key] = f'{{"name": {json.dumps(r[NAME])}, "pid": {host_pid}, "args": {args}'
+    dtype_text: dict[tuple[str, ...], str] = {}
+    events = [f'{heads[r[NAME], r[KIND]]}'
+              f'{_inputs(r, dtype_text) if r[KIND] == "cpu_op" and r[SHAPES] is not None else ""}}}, '
+              f'"tid": {tid}, "ts": {t!r}, "dur": {(s + r[DUR]) / 1000 - t!r}, "ph": "X"}}'
               for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
     if tab is not None:
         _add_tasks(ctx, timeline, view, tab, host_pid, track, ts_of, events)
-    timeline.add(events)
+    timeline.add_text(events)
     _add_overlap(ctx, timeline, view)
+
+
+def _inputs(record: list[Any], dtype_text: dict[tuple[str, ...], str]) -> str:
+    """``, "Input Dims": [...], "Input type": [...]`` as JSON text.
+
+    ``str()`` of a list of int lists is already JSON; the dtype list's text is made once per
+    distinct list (json.dumps: names may hold anything)."""
+    key = tuple(record[DTYPES])
+    names = dtype_text.get(key)
+    if names is None:
+        names = dtype_text[key] = json.dumps(record[DTYPES])
+    return f', "Input Dims": {record[SHAPES]}, "Input type": {names}'
 
 
 def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab: TaskTable,
                host_pid: int, track: dict[int, int], ts_of: dict[int, float],
-               events: list[dict[str, Any]]) -> None:
+               events: list[str]) -> None:
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
     model = ctx.iteration.model_id
-    events += [{"name": n, "pid": pid, "tid": sid, "ts": ts, "dur": d,
-                "args": {"Model Id": model, "Task Type": core, "Stream Id": sid, "Task Id": tid},
-                "ph": "X"}
+    names: dict[str, str] = {}
+    events += [f'{{"name": {names.get(n) or names.setdefault(n, json.dumps(n))}, "pid": {pid}, '
+               f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
+               f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}}}, "ph": "X"}}'
                for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
                                                     tab.core_types, tab.task_ids, strict=True)]
     records = view.records
     sources = [view.launch_of(t) for t in tab.tasks] if view.has_device else [t.index for t in tab.tasks]
+    head = f'{{"name": "{FLOW_CAT}", "cat": "{FLOW_CAT}", "id": '
     for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams, tab.ts, strict=True)):
         if source not in ts_of:
             continue  # a kernel whose launch was not recorded (-1)
-        events.append({"name": FLOW_CAT, "ph": "s", "cat": FLOW_CAT, "id": flow, "pid": host_pid,
-                       "tid": track.get(source, records[source][TID]), "ts": ts_of[source]})
-        events.append({"name": FLOW_CAT, "ph": "f", "bp": "e", "cat": FLOW_CAT, "id": flow, "pid": pid,
-                       "tid": sid, "ts": ts})
+        events.append(f'{head}{flow}, "ph": "s", "pid": {host_pid}, '
+                      f'"tid": {track.get(source, records[source][TID])}, "ts": {ts_of[source]!r}}}')
+        events.append(f'{head}{flow}, "ph": "f", "bp": "e", "pid": {pid}, "tid": {sid}, "ts": {ts!r}}}')
 
 
 def _add_overlap(ctx: ExportContext, timeline: Timeline, view: optree.OpView) -> None:
     it = ctx.iteration
     if it.end_ns <= it.start_ns:
         return
-    computing, communication = [], []
-    for t in view.tasks:
-        (communication if t.core_type == optree.COMMUNICATION else computing).append((t.start, t.end))
+    comm = optree.COMMUNICATION
+    computing = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type != comm]
+    communication = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type == comm]
     for r in ctx.records("hccl"):
         if isinstance(r, dict) and r.get("start_ns") is not None and r.get("end_ns") is not None:
             communication.append((r["start_ns"], r["end_ns"]))
     spans = optree.overlap(computing, communication, it.start_ns, it.end_ns)
     pid = timeline.process(OVERLAP_PROCESS, device_label(ctx.device_id))
     offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns
-    events = []
+    events: list[str] = []
     for tid, name in enumerate(OVERLAP_THREADS):
         timeline.thread(pid, tid, name)
+        head = f'{{"name": "{name}", "pid": {pid}, "tid": {tid}, "ph": "X", "ts": '
         for start, end in spans[name]:
-            ts = (start + offset) / 1000.0
-            events.append({"name": name, "pid": pid, "tid": tid, "ts": ts,
-                           "dur": (end + offset) / 1000.0 - ts, "ph": "X"})
-    timeline.add(events)
+            ts = (start + offset) / 1000
+            events.append(f'{head}{ts!r}, "dur": {(end + offset) / 1000 - ts!r}}}')
+    timeline.add_text(events)
