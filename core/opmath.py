@@ -53,6 +53,7 @@ Speed: called for every task at export, so each call is one dict lookup of the o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from math import prod
 from typing import Any
@@ -529,36 +530,24 @@ def _compute(name: str, shapes: Shapes, dtypes: list[str]) -> Cost:
     return count, moved, meta
 
 
-#: results by (name, shapes, dtypes): a training job repeats the same calls every iteration
-_MEMO: dict[tuple[Any, ...], Cost] = {}
+#: cached results: a training job repeats the same calls (name, shapes, dtypes) every iteration
 MEMO_LIMIT = 65536
-#: the last call's (shapes, dtypes, name, result): a task asks flops, bytes and outputs in a row
-#: with the same list objects (held here, so their ids cannot be reused meanwhile)
-_last: tuple[Any, Any, str, Cost] = (None, None, "", _NOTHING)
 
 
 def cost(name: str, shapes: list[Any] | None, dtypes: list[Any] | None) -> Cost:
     """(FLOPs, (bytes read, bytes written), (output shapes, output dtypes)) of one call, each
     None when unknown: :func:`flops`, :func:`bytes_moved` and :func:`output_meta` at once."""
-    global _last
-    last = _last
-    if last[0] is shapes and last[1] is dtypes and last[2] == name:
-        return last[3]
     if shapes is None or dtypes is None:
         return _NOTHING
     try:
-        key: tuple[Any, ...] | None = (name, tuple(map(tuple, shapes)), tuple(dtypes))
-        result = _MEMO.get(key)
+        return _cached(name, tuple(map(tuple, shapes)), tuple(dtypes))
     except TypeError:  # a nested (unhashable) shape
-        key, result = None, None
-    if result is None:
-        result = _compute(name, shapes, dtypes)
-        if key is not None:
-            if len(_MEMO) >= MEMO_LIMIT:
-                _MEMO.clear()
-            _MEMO[key] = result
-    _last = (shapes, dtypes, name, result)
-    return result
+        return _compute(name, shapes, dtypes)
+
+
+@functools.lru_cache(maxsize=MEMO_LIMIT)
+def _cached(name: str, shapes: tuple[tuple[int, ...], ...], dtypes: tuple[str, ...]) -> Cost:
+    return _compute(name, [list(s) for s in shapes], list(dtypes))
 
 
 # -- public API ------------------------------------------------------------------------------

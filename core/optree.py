@@ -114,9 +114,7 @@ class Task:
             if host is None or host[SHAPES] is None:
                 self._io = (None, None, None)
             else:
-                name, shapes, dtypes = host[NAME], host[SHAPES], host[DTYPES]
-                self._io = (opmath.flops(name, shapes, dtypes), opmath.bytes_moved(name, shapes, dtypes),
-                            opmath.output_meta(name, shapes, dtypes))
+                self._io = opmath.cost(host[NAME], host[SHAPES], host[DTYPES])
         return self._io
 
     @property
