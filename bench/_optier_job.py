@@ -13,13 +13,15 @@
   its time (that is where torch.profiler cuts and exports).  ``--with-flops`` adds its FLOP
   estimates (the counterpart of a jobprof metric group).
 * Per-step wall times go to ``--timings`` as JSON; the training phase's peak RSS (KiB, from
-  ``getrusage``) is printed as ``OPTIER_RSS_KB <n>`` when the loop ends.
+  ``getrusage``) is printed as ``OPTIER_RSS_KB <n> blocks <b> gc_objects <o>`` when the loop
+  ends (with Python's allocated blocks and the objects the GC tracks).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import itertools
 import json
 import resource
@@ -88,7 +90,10 @@ def main() -> None:
                 last = now
                 if len(times) == args.steps:
                     break
-    print(f"OPTIER_RSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", flush=True)
+    # live Python memory blocks next to the peak RSS: tells growth of live objects from
+    # native memory or fragmentation
+    print(f"OPTIER_RSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} "
+          f"blocks {sys.getallocatedblocks()} gc_objects {len(gc.get_objects())}", flush=True)
     if args.timings:
         Path(args.timings).write_text(json.dumps(times))
 

@@ -244,8 +244,9 @@ def notes(result: dict[str, Any]) -> list[str]:
 
 # -- memory over a long run -------------------------------------------------------------------
 
-def _peak_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int, float]:
-    """(driver-reported training peak KiB, whole-process peak KiB from wait4, wall s)."""
+def _peak_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
+    """The driver-reported training peak (KiB) and live Python blocks / GC objects at the loop's
+    end, the whole process's peak (KiB, from wait4) and its wall time."""
     with open(cwd / "mem.out", "w") as out, open(cwd / "mem.err", "w") as err:
         began = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err)
@@ -258,7 +259,9 @@ def _peak_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[int, int,
                 None)
     if line is None:
         raise HarnessError("memory run did not report its RSS")
-    return int(line.split()[1]), usage.ru_maxrss, wall
+    fields = line.split()
+    return {"train_peak_kb": int(fields[1]), "python_blocks": int(fields[3]), "gc_objects": int(fields[5]),
+            "process_peak_kb": usage.ru_maxrss, "wall_s": wall}
 
 
 def run_memory(short: int = 200, long: int = 2000, repeats: int = 1) -> dict[str, Any]:
@@ -268,16 +271,16 @@ def run_memory(short: int = 200, long: int = 2000, repeats: int = 1) -> dict[str
         for i in range(repeats):
             for steps in (short, long) if i % 2 == 0 else (long, short):
                 out = work / f"prof{steps}_{i}"
-                train_kb, process_kb, wall = _peak_rss(
-                    [sys.executable, str(JOB), "--tiny", "--steps", str(steps)], _jobprof_env(out, L1), work)
+                measured = _peak_rss([sys.executable, str(JOB), "--tiny", "--steps", str(steps)],
+                                     _jobprof_env(out, L1), work)
                 proof = jobprof_proof(out, shapes=True)
                 if proof["ops_iterations"] < MIN_OPS_SHARE * steps:
                     raise HarnessError(f"memory run of {steps} steps did not profile: {proof}")
-                runs[steps].append({"train_peak_kb": train_kb, "process_peak_kb": process_kb, "wall_s": wall,
-                                    "ops_iterations": proof["ops_iterations"], "files": proof["files"]})
+                runs[steps].append({**measured, "ops_iterations": proof["ops_iterations"],
+                                    "files": proof["files"]})
                 shutil.rmtree(out, ignore_errors=True)
-    med = {s: {k: statistics.median(r[k] for r in v) for k in ("train_peak_kb", "process_peak_kb", "wall_s")}
-           for s, v in runs.items()}
+    keys = ("train_peak_kb", "process_peak_kb", "wall_s", "python_blocks", "gc_objects")
+    med = {s: {k: statistics.median(r[k] for r in v) for k in keys} for s, v in runs.items()}
     return {"short": short, "long": long, "repeats": repeats, "runs": {str(k): v for k, v in runs.items()},
             "median": {str(k): v for k, v in med.items()},
             "train_growth_mb": (med[long]["train_peak_kb"] - med[short]["train_peak_kb"]) / 1024,
@@ -295,7 +298,8 @@ def memory_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                     "profiled": f"{med[lg][f'{key}_peak_kb'] / 1024:.1f} MB",
                     "delta / ratio": f"{growth:+.1f} MB",
                     "spread": f"{result['repeats']} run(s) each; walls {med[s]['wall_s']:.0f} / "
-                              f"{med[lg]['wall_s']:.0f} s",
+                              f"{med[lg]['wall_s']:.0f} s; Python blocks {med[s]['python_blocks']:.0f} / "
+                              f"{med[lg]['python_blocks']:.0f}",
                     "target": f"<= +{TARGET_RSS_MB:.0f} MB",
                     "result": "pass" if growth <= TARGET_RSS_MB else "FAIL"})
     return out
