@@ -27,6 +27,7 @@ Timestamps: Kineto stamps events on the wall clock (epoch ns); records hold
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -305,9 +306,19 @@ class OpCapture:
 
         Called in iteration order; records before ``start_ns`` belong to no iteration.
         """
-        while self._windows:
-            result, offset = self._windows.popleft()
-            self._records.extend(self._convert(result, offset))
+        if self._windows:
+            # the conversion allocates a few lists per event; with the collector on, those
+            # allocations trigger collections that walk every object of a process holding torch
+            # (measured: 17-25 ms per iteration instead of 6 ms).  Nothing here makes cycles.
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                while self._windows:
+                    result, offset = self._windows.popleft()
+                    self._records.extend(self._convert(result, offset))
+            finally:
+                if collecting:
+                    gc.enable()
         records = self._records
         while records and records[0][START] < start_ns:
             records.popleft()
