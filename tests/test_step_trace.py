@@ -190,8 +190,8 @@ def test_fp_and_bp_points_name_modules(tmp_path):
     runner = Runner(tmp_path)
     # module "1" (the Linear after the slow module) starts the forward: FP Start moves
     # past the 30 ms forward sleep; BP End at "0.lin" is where the backward really ends
-    runner.run(GROUND_TRUTH, {"training_trace": "on", "task_trace": "off", "fp_point": "1", "bp_point": "0.lin"},
-               args=["0"])
+    runner.run(GROUND_TRUTH, {"training_trace": "on", "task_trace": "off", "fp_point": "1",
+                              "bp_point": "0.lin"}, args=["0"])
     later = rows(runner.device_dir())[1:]
     fp_bp = statistics.median(ms(r["FP to BP Time(us)"]) for r in later)
     bound = statistics.median(ms(r["Data Aug Bound(us)"]) for r in later)
@@ -205,7 +205,8 @@ def test_unmatched_point_falls_back_and_says_so(tmp_path):
     from conftest import Runner
 
     runner = Runner(tmp_path)
-    proc = runner.run(GROUND_TRUTH, {"training_trace": "on", "task_trace": "off", "fp_point": "encoder.nope"}, args=["0"])
+    proc = runner.run(GROUND_TRUTH, {"training_trace": "on", "task_trace": "off", "fp_point": "encoder.nope"},
+                      args=["0"])
     assert "fp_point 'encoder.nope' matched no module" in proc.stderr
     later = rows(runner.device_dir())[1:]
     assert within(statistics.median(ms(r["FP to BP Time(us)"]) for r in later), FWD + BWD)
