@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobprof import opmath
+from jobprof.hookspec import hookimpl
 from jobprof.opcapture import NAME
 from jobprof.types import NA, MetricSet
 
@@ -61,6 +62,37 @@ def metric_set(name: str, group: str, columns: tuple[str, ...], values: Callable
     if name != group:
         return None
     return MetricSet(group, columns, values, needs_shapes=True, needs_peaks=needs_peaks, sources=sources)
+
+
+def hooks(group: str, columns: tuple[str, ...], values: Callable[[Any, Mapping], list],
+          sources: Mapping[str, str], *, peaks: bool, flops: bool = False,
+          cupti: tuple[str, ...] = ()) -> tuple[Callable[..., Any], ...]:
+    """The four hooks of a built-in group plugin, for its module to bind by name::
+
+        (jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
+         jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=True)
+
+    ``peaks``: the values need the calibration; ``flops``: Kineto's FLOP estimate (conv2d);
+    ``cupti``: the CUPTI metrics per kernel the group reads on CUDA.
+    """
+
+    @hookimpl
+    def jobprof_options_schema() -> dict[str, Any]:
+        return options_schema(group)
+
+    @hookimpl
+    def jobprof_aic_metrics(name: str) -> MetricSet | None:
+        return metric_set(name, group, columns, values, sources, needs_peaks=peaks)
+
+    @hookimpl
+    def jobprof_configure(config: Any) -> bool:
+        return active(config, group)
+
+    @hookimpl
+    def jobprof_session_start(session: Any) -> None:
+        start(session, flops=flops, peaks=peaks, cupti=cupti)
+
+    return jobprof_options_schema, jobprof_aic_metrics, jobprof_configure, jobprof_session_start
 
 
 def options_schema(group: str) -> dict[str, Any]:

@@ -26,9 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.hookspec import hookimpl
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import MetricSet
 
 GROUP = "ArithmeticUtilization"
 COLUMNS = ("aicore_time(us)", "total_cycles", "mac_fp16_ratio", "mac_int8_ratio", "vec_fp32_ratio",
@@ -91,21 +89,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     return [g.duration_us(task), g.integer(cycles), *shares, cube, vector]
 
 
-@hookimpl
-def jobprof_options_schema() -> dict[str, Any]:
-    return g.options_schema(GROUP)
-
-
-@hookimpl
-def jobprof_aic_metrics(name: str) -> MetricSet | None:
-    return g.metric_set(name, GROUP, COLUMNS, values, SOURCES, needs_peaks=True)
-
-
-@hookimpl
-def jobprof_configure(config: Any) -> bool:
-    return g.active(config, GROUP)
-
-
-@hookimpl
-def jobprof_session_start(session: Any) -> None:
-    g.start(session, flops=True, peaks=True, cupti=CUPTI)
+(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
+ jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True, cupti=CUPTI)

@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.hookspec import hookimpl
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA, MetricSet
+from jobprof.types import NA
 
 GROUP = "MemoryAccess"
 COLUMNS = ("read_main_memory_datas(KB)", "write_main_memory_datas(KB)", "gm_to_l1_datas(KB)",
@@ -58,21 +57,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     return list(row)
 
 
-@hookimpl
-def jobprof_options_schema() -> dict[str, Any]:
-    return g.options_schema(GROUP)
-
-
-@hookimpl
-def jobprof_aic_metrics(name: str) -> MetricSet | None:
-    return g.metric_set(name, GROUP, COLUMNS, values, SOURCES, needs_peaks=False)
-
-
-@hookimpl
-def jobprof_configure(config: Any) -> bool:
-    return g.active(config, GROUP)
-
-
-@hookimpl
-def jobprof_session_start(session: Any) -> None:
-    g.start(session, flops=False, peaks=False, cupti=CUPTI)
+(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
+ jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)

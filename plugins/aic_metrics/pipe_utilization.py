@@ -33,9 +33,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.hookspec import hookimpl
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA, MetricSet
+from jobprof.types import NA
 
 GROUP = "PipeUtilization"
 COLUMNS = ("aicore_time(us)", "total_cycles", "vec_time(us)", "vec_ratio", "mac_time(us)", "mac_ratio",
@@ -87,21 +86,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
             NA, mte2_us, ratio(w.mte2, seconds), mte3_us, ratio(w.mte3, seconds), NA, bound]
 
 
-@hookimpl
-def jobprof_options_schema() -> dict[str, Any]:
-    return g.options_schema(GROUP)
-
-
-@hookimpl
-def jobprof_aic_metrics(name: str) -> MetricSet | None:
-    return g.metric_set(name, GROUP, COLUMNS, values, SOURCES, needs_peaks=True)
-
-
-@hookimpl
-def jobprof_configure(config: Any) -> bool:
-    return g.active(config, GROUP)
-
-
-@hookimpl
-def jobprof_session_start(session: Any) -> None:
-    g.start(session, flops=True, peaks=True)
+(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
+ jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True)

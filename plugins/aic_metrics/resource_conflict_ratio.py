@@ -16,9 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.hookspec import hookimpl
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA, MetricSet
+from jobprof.types import NA
 
 GROUP = "ResourceConflictRatio"
 COLUMNS = ("vec_bankgroup_cflt_ratio", "vec_bank_cflt_ratio", "vec_resc_cflt_ratio")
@@ -44,21 +43,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     return [NA, g.f3(g.ratio(conflicts, cupti.get(WAVEFRONTS))), NA]
 
 
-@hookimpl
-def jobprof_options_schema() -> dict[str, Any]:
-    return g.options_schema(GROUP)
-
-
-@hookimpl
-def jobprof_aic_metrics(name: str) -> MetricSet | None:
-    return g.metric_set(name, GROUP, COLUMNS, values, SOURCES, needs_peaks=False)
-
-
-@hookimpl
-def jobprof_configure(config: Any) -> bool:
-    return g.active(config, GROUP)
-
-
-@hookimpl
-def jobprof_session_start(session: Any) -> None:
-    g.start(session, flops=False, peaks=False, cupti=CUPTI)
+(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
+ jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)
