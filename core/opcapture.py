@@ -188,13 +188,7 @@ class OpCapture:
     def stop(self) -> None:
         """Disable Kineto for good (session end; the unfinished window is dropped)."""
         with self._lock:
-            if self.state == "capturing" and os.getpid() == self._pid:
-                try:
-                    self._autograd._disable_profiler()
-                except Exception:
-                    pass
-            self.state = "stopped"
-            self._remove_wrappers()
+            self._shut()
             self._windows.clear()
 
     def _install_yield(self) -> None:
@@ -289,14 +283,18 @@ class OpCapture:
             self.dropped_windows += 1
         self._windows.append((result, offset))
 
-    def _fail(self, message: str) -> None:
-        if self.state == "capturing":
+    def _shut(self) -> None:
+        """Disable Kineto if this process enabled it; remove the wrappers (lock held)."""
+        if self.state == "capturing" and os.getpid() == self._pid:
             try:
                 self._autograd._disable_profiler()
             except Exception:
                 pass
         self.state = "stopped"
         self._remove_wrappers()
+
+    def _fail(self, message: str) -> None:
+        self._shut()
         self.error = message
         self._warn(message)
 

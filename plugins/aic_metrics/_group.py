@@ -95,6 +95,12 @@ def hooks(group: str, columns: tuple[str, ...], values: Callable[[Any, Mapping],
     return jobprof_options_schema, jobprof_aic_metrics, jobprof_configure, jobprof_session_start
 
 
+def no_source(columns: tuple[str, ...]) -> Callable[[Any, Mapping], list]:
+    """The values of a group whose every column has no source here: N/A for every task."""
+    row = [NA] * len(columns)
+    return lambda task, machine: list(row)
+
+
 def options_schema(group: str) -> dict[str, Any]:
     """Claims the core's ``aic_metrics`` key (so it counts as collected); narrows nothing."""
     return {"properties": {"aic_metrics": {"description": f"{group}: a built-in metric group "

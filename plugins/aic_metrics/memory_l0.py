@@ -10,11 +10,7 @@ for it gets msprof's columns and this explanation instead of an error.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA
 
 GROUP = "MemoryL0"
 COLUMNS = ("l0a_read_bw(GB/s)", "l0a_write_bw(GB/s)", "l0b_read_bw(GB/s)", "l0b_write_bw(GB/s)",
@@ -23,11 +19,7 @@ _REASON = ("N/A: Ascend's L0 buffers (cube operands / accumulator) have no measu
            "per-operator register or L1 traffic counter is readable on CPU, and no CUPTI metric means the "
            "same on CUDA")
 SOURCES = {column: _REASON for column in COLUMNS}
-_ROW = [NA] * len(COLUMNS)
-
-
-def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
-    return list(_ROW)
+values = g.no_source(COLUMNS)
 
 
 (jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,

@@ -9,11 +9,7 @@ on CUDA, in every row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA
 
 GROUP = "MemoryUB"
 COLUMNS = ("ub_read_bw_mte(GB/s)", "ub_write_bw_mte(GB/s)", "ub_read_bw_vector(GB/s)",
@@ -21,11 +17,7 @@ COLUMNS = ("ub_read_bw_mte(GB/s)", "ub_write_bw_mte(GB/s)", "ub_read_bw_vector(G
 _REASON = ("N/A: Ascend's unified buffer has no measured analogue: no per-operator counter is readable on "
            "CPU, and CUDA's shared memory is not split by mover/vector/scalar in any CUPTI metric")
 SOURCES = {column: _REASON for column in COLUMNS}
-_ROW = [NA] * len(COLUMNS)
-
-
-def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
-    return list(_ROW)
+values = g.no_source(COLUMNS)
 
 
 (jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
