@@ -152,9 +152,7 @@ class OpCapture:
                 self._enable()
                 # blocks the program opened before the capture started (a loop-wide block)
                 # are recorded from here on, like the ones carried across a cut
-                enter_op = self._ops._record_function_enter_new
-                for block in list(self._blocks.open.values()) if self._blocks else []:
-                    block.record = enter_op(block.name, block.args)
+                self._reopen(self._open_blocks())
                 self._cut_ns = time.monotonic_ns()
                 self.state = "capturing"
             except Exception as exc:
@@ -204,10 +202,7 @@ class OpCapture:
             def call(*args: Any, **kwargs: Any) -> Any:
                 blocks = capture._yield()
                 result = original(*args, **kwargs)
-                if blocks:  # continue the program's open blocks under its own session
-                    enter_op = capture._ops._record_function_enter_new
-                    for block in blocks:
-                        block.record = enter_op(block.name, block.args)
+                capture._reopen(blocks)  # continue the program's open blocks under its own session
                 return result
 
             call.__wrapped__ = original  # type: ignore[attr-defined]
@@ -229,11 +224,9 @@ class OpCapture:
         with self._lock:
             if self.state != "capturing":
                 return []
-            blocks = list(self._blocks.open.values()) if self._blocks else []
-            exit_op = self._ops._record_function_exit._RecordFunction
+            blocks = self._open_blocks()
             try:
-                for block in blocks:
-                    exit_op(block.record)
+                self._end(blocks)
                 self._autograd._disable_profiler()
             except Exception:
                 pass
@@ -266,18 +259,29 @@ class OpCapture:
         self._autograd._prepare_profiler(self._config, self._activities)
         self._autograd._enable_profiler(self._config, self._activities)
 
-    def _swap(self) -> None:
+    def _open_blocks(self) -> list[Any]:
+        return list(self._blocks.open.values()) if self._blocks else []
+
+    def _end(self, blocks: list[Any]) -> None:
+        """End ``record_function`` blocks in the current Kineto session."""
         exit_op = self._ops._record_function_exit._RecordFunction
-        enter_op = self._ops._record_function_enter_new
-        blocks = list(self._blocks.open.values()) if self._blocks else []
-        for block in blocks:  # end them in the old window: Kineto cannot carry them across
+        for block in blocks:
             exit_op(block.record)
+
+    def _reopen(self, blocks: list[Any]) -> None:
+        """Continue ``record_function`` blocks, same name, under the session now active."""
+        enter_op = self._ops._record_function_enter_new
+        for block in blocks:
+            block.record = enter_op(block.name, block.args)
+
+    def _swap(self) -> None:
+        blocks = self._open_blocks()
+        self._end(blocks)  # end them in the old window: Kineto cannot carry them across
         offset = time.time_ns() - time.monotonic_ns()
         result = self._autograd._disable_profiler()
         self._cut_ns = time.monotonic_ns()
         self._enable()
-        for block in blocks:  # ... and continue them, same name, in the new one
-            block.record = enter_op(block.name, block.args)
+        self._reopen(blocks)  # ... and continue them in the new one
         if len(self._windows) >= MAX_WINDOWS:
             self._windows.popleft()
             self.dropped_windows += 1

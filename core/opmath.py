@@ -212,8 +212,7 @@ def _mm_out(shapes: Shapes, dtypes: list[str]) -> Meta | None:
 
 
 def _addmm_out(shapes: Shapes, dtypes: list[str]) -> Meta | None:
-    meta = _mm_out(shapes[1:], dtypes[1:])
-    return meta
+    return _mm_out(shapes[1:], dtypes[1:])
 
 
 def _bmm_out(shapes: Shapes, dtypes: list[str]) -> Meta | None:
