@@ -59,6 +59,23 @@ def preferred_device_id(torch: Any) -> tuple[int, str]:
     return 0, "single process"
 
 
+def job_rank(torch: Any, environ: Any = os.environ) -> dict[str, Any]:
+    """This process's place in a distributed job: ``rank_id`` and ``world_size`` (``N/A``
+    outside one), from torchrun's ``RANK`` / ``WORLD_SIZE`` or else torch.distributed (set up by
+    ``init_process_group``, e.g. under ``torch.multiprocessing.spawn``)."""
+    rank, world, source = environ.get("RANK", ""), environ.get("WORLD_SIZE", ""), "RANK / WORLD_SIZE"
+    if rank.isdigit() and world.isdigit():
+        return {"rank_id": int(rank), "world_size": int(world), "rank_from": source}
+    try:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return {"rank_id": dist.get_rank(), "world_size": dist.get_world_size(),
+                    "rank_from": "torch.distributed"}
+    except Exception:
+        pass
+    return {"rank_id": "N/A", "world_size": "N/A", "rank_from": "not distributed"}
+
+
 def claim_device_dir(job: Path, preferred: int) -> tuple[int, Path]:
     """Create ``job/device_<id>`` atomically, taking the next free id if another process has it."""
     job.mkdir(mode=0o750, parents=True, exist_ok=True)
@@ -88,7 +105,6 @@ def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
             mem_kb = int(handle.readline().split()[1])
     except (OSError, ValueError, IndexError):
         pass
-    rank = os.environ.get("RANK")
     return {
         "jobInfo": "NA",
         "version": "1.0",
@@ -100,6 +116,5 @@ def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
         "pid": str(os.getpid()),
         "pid_name": program_name(),
         "memoryTotal": mem_kb if mem_kb is not None else "N/A",
-        "rank_id": int(rank) if rank and rank.isdigit() else "N/A",
         **extra,
     }

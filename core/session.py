@@ -53,6 +53,7 @@ class Session:
         self._lock = threading.RLock()
         self._previous_sigterm: Any = None
         self._ops_detail: Detail | None = None
+        self._rank: dict[str, Any] = {}
         #: what plugins add to info.json's ``jobprof`` section (e.g. the calibration)
         self.info: dict[str, Any] = {}
         #: the operator capture, when some plugin asked for operators
@@ -200,6 +201,8 @@ class Session:
             pass
         try:
             preferred, self.device_source = profdir.preferred_device_id(torch)
+            # read once, at the first iteration: by exit the process group may be destroyed
+            self._rank = profdir.job_rank(torch)
             self.device_id, self.device_dir = profdir.claim_device_dir(self.job_dir, preferred)
             self._write_metadata(None)
             meta = export.with_metrics(export.DeviceMeta(
@@ -226,7 +229,9 @@ class Session:
         device = {"id": self.device_id, "type": "CUDA" if cuda else "CPU"}
         if cuda:
             device["name"] = torch.cuda.get_device_name(self.device_id)
+        rank = dict(self._rank)
         return profdir.host_info(self.device_id, {
+            "rank_id": rank.pop("rank_id", "N/A"),
             "DeviceInfo": [device],
             "jobprof": {
                 "version": __version__,
@@ -235,6 +240,7 @@ class Session:
                 "explicit": sorted(self.config.explicit),
                 "options_source": self.config.source,
                 "device_id_from": self.device_source,
+                **rank,
                 "iteration_method": self.iteration_method,
                 "plugins": self.manager.active(),
                 **self.info,

@@ -21,8 +21,8 @@ import pytest
 from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv
 from jobprof import _state, mstx
 from jobprof.clock import ClockAnchor
+from jobprof.lanes import LANE_STRIDE, assign_lanes
 from jobprof.plugins.msproftx import capture
-from jobprof.plugins.msproftx.lanes import LANE_STRIDE, assign_lanes
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder, clip
 from jobprof.plugins.msproftx.writer import HEADER
 

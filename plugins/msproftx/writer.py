@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobprof.plugins.msproftx.lanes import assign_lanes, lane_name, lane_tid
+from jobprof.lanes import assign_lanes, lane_name, lane_tid
 from jobprof.timeline import HOST_LABEL, Timeline
 from jobprof.types import NA, ExportContext
 
@@ -57,7 +57,7 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
     for thread, rows in sorted(by_thread.items()):
         lanes = assign_lanes([(r["s"], r["e"]) for r in rows])
         for lane in sorted(set(lanes)):
-            timeline.thread(pid, lane_tid(thread, lane), lane_name(thread, lane),
+            timeline.thread(pid, lane_tid(thread, lane), lane_name(f"Thread {thread}", lane),
                             sort_index=thread * _LANE_SLOTS + min(lane, _LANE_SLOTS - 1))
         for r, lane in zip(rows, lanes, strict=True):
             args: dict[str, Any] = {"event_type": EVENT_TYPES.get(r["k"], r["k"]), "domain": r["d"]}

@@ -11,7 +11,9 @@ from jobprof.types import NA, ExportContext
 HEADER = ["Device_id", "Iteration ID", "FP Start(us)", "BP End(us)", "Iteration End(us)",
           "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)",
           "Model ID"]
-REDUCE_OPS = {"all_reduce", "allreduce", "hcom_allreduce", "reduce_scatter", "reduce_scatter_tensor"}
+#: the reductions of the ``hccl`` stream whose spans are Reduce Start / Duration pairs
+REDUCE_OPS = {"all_reduce", "all_reduce_coalesced", "allreduce", "hcom_allreduce", "reduce_scatter",
+              "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"}
 
 
 def step_values(ctx: ExportContext) -> dict[str, Any]:

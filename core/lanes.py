@@ -1,7 +1,8 @@
-"""Lanes: spread one thread's spans over as few tracks as needed so that each track nests.
+"""Lanes: spread one track's spans over as few tracks as needed so that each track nests.
 
-Ranges by id can partially overlap on one thread (start A, start B, end A, end B); a Chrome
-trace track cannot show that, so B goes to lane 1.  Lane 0 is the thread's own track.
+Spans can partially overlap on one thread or one process group (start A, start B, end A,
+end B: marker ranges by id, asynchronous collectives); a Chrome trace track cannot show that,
+so B goes to lane 1.  Lane 0 is the track itself.  Shared by the plugins that draw such spans.
 """
 
 from __future__ import annotations
@@ -41,5 +42,6 @@ def lane_tid(thread: int, lane: int) -> int:
     return thread + lane * LANE_STRIDE
 
 
-def lane_name(thread: int, lane: int) -> str:
-    return f"Thread {thread}" if lane == 0 else f"Thread {thread} (lane {lane})"
+def lane_name(track: str, lane: int) -> str:
+    """``track`` itself for lane 0, else ``"<track> (lane <k>)"``."""
+    return track if lane == 0 else f"{track} (lane {lane})"

@@ -1,0 +1,85 @@
+"""hccl: every torch.distributed collective and point-to-point operation -> hccl files.
+
+Captured at the ``c10d`` dispatcher operators (see :mod:`.capture`), so DistributedDataParallel's
+bucket all-reduces issued from C++ are there as well as every ``dist.*`` call, synchronous or
+``async_op=True``.  Per operation: name, process group (name and global ranks), rank size,
+dtype, element count, bytes, start, duration, and the nccl-tests algorithm and bus bandwidths
+(:mod:`.collectives` has the formulas).  Files per iteration: ``hccl_*.json`` (a track per
+process group) and ``communication_statistic_*.csv``; the step trace's Reduce pairs and the
+master timeline's Communication and Overlap Analysis tracks read the same records.  Works
+with task_trace off, at step-tier cost: no other operator is observed.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from jobprof.hookspec import hookimpl
+from jobprof.plugins.hccl.capture import Capture
+from jobprof.plugins.hccl.report import communication_sections
+from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
+from jobprof.types import WriterSpec
+
+
+@hookimpl
+def jobprof_options_schema() -> dict[str, Any]:
+    return {"properties": {"hccl": {"default": "off"}}}
+
+
+@hookimpl
+def jobprof_configure(config: Any) -> bool:
+    return config.is_on("hccl")
+
+
+@hookimpl
+def jobprof_session_start(session: Any) -> None:
+    import torch
+
+    if not torch.distributed.is_available():
+        session.reporter.warning("hccl: this torch has no torch.distributed; no collective is recorded")
+        return
+    capture = Capture(torch, session.reporter.warning)
+    capture.install()
+    session.attach(STREAM, capture)
+
+
+@hookimpl
+def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any] | None:
+    capture = session.attached(STREAM)
+    if capture is None:
+        return None
+    # built on the core's sink thread: the training thread only creates the partial
+    return {STREAM: partial(capture.take, iteration.start_ns, iteration.end_ns)}
+
+
+@hookimpl
+def jobprof_session_end(session: Any) -> None:
+    capture = session.attached(STREAM)
+    if capture is None:
+        return
+    capture.uninstall()
+    for note in capture.exit_notes():
+        session.reporter.warning(note)
+
+
+@hookimpl
+def jobprof_writers(config: Any) -> list[WriterSpec]:
+    if config is not None and not config.is_on("hccl"):
+        return []
+    return [
+        WriterSpec("hccl", "json", render_json, "collectives: a track per process group, an event per "
+                   "operation with bytes, dtype, algbw / busbw"),
+        WriterSpec(STATISTIC, "csv", render_statistic, "collectives per OP Type: count, total / min / "
+                   "avg / max time, share"),
+    ]
+
+
+@hookimpl
+def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+    add_tracks(ctx, timeline)
+
+
+@hookimpl
+def jobprof_report_sections(profile: Any) -> list:
+    return communication_sections(profile)

@@ -1,0 +1,286 @@
+"""Capture every torch.distributed operation at its ``c10d`` dispatcher operator.
+
+Why there: ``dist.all_reduce`` and friends, and DistributedDataParallel's bucket all-reduces
+issued from C++, all reach the backend through ``c10d::allreduce_`` & co.  jobprof registers a
+kernel for those operators at the ``Autograd`` dispatch key (they have none of their own): it
+stamps the call, re-dispatches below autograd to the real backend kernel (gloo, NCCL, ...), and
+records the operation.  No other operator is touched, so the rest of the job runs at full speed.
+
+When an operation ends:
+
+* gloo (and any backend whose work has a future): the future's completion callback stamps it,
+  on the backend's thread: the true end, also for ``async_op=True`` calls.
+* works without a future (gloo send/recv, reduce_scatter_tensor): the end is when ``wait()``
+  returned (an upper bound of the completion); never waited: when the hand-over first saw it
+  completed (``end_from`` says which).
+* CUDA tensors (NCCL): the backend times the collective with CUDA events
+  (``_enable_collectives_timing``); the record keeps the host start and the measured device
+  duration (``end_from`` = ``cuda events``).  Written, not verified on a GPU here.
+
+An operation belongs to the iteration in which it ends (as msproftx ranges do), with its
+true start; whatever ended before the first iteration ended goes into iteration 1.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
+
+#: records waiting for their iteration; beyond this the oldest are dropped (and counted)
+MAX_RECORDS = 200_000
+
+
+def _tensors(value: Any) -> list[Any]:
+    """The tensors of an argument: a tensor, a list of them, or a list of lists."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        out: list[Any] = []
+        for item in value:
+            out.extend(_tensors(item))
+        return out
+    return [value] if hasattr(value, "element_size") else []
+
+
+class Capture:
+    """One process's collective recorder; ``take`` hands over an iteration's operations."""
+
+    def __init__(self, torch: Any, warn: Callable[[str], None]) -> None:
+        from torch._C import _distributed_c10d as c10d
+
+        self._torch, self._warn = torch, warn
+        self._c10d = c10d
+        self._below_autograd = torch._C._AutoDispatchBelowAutograd
+        self._done: deque[dict[str, Any]] = deque()
+        #: works completed by ``wait()`` (no future): id(work) -> (record, work)
+        self._waiting: dict[int, tuple[dict[str, Any], Any]] = {}
+        #: works whose end is read when the hand-over sees them completed (CUDA events)
+        self._polled: list[tuple[dict[str, Any], Any]] = []
+        self._groups: dict[str, dict[str, Any]] = {}  # by group name
+        self._lib: Any = None
+        self._wait_original: Any = None
+        self.dropped = 0
+        self.errors: list[str] = []
+        #: operations started / seen ending (their difference is what is still in flight)
+        self.recorded = self.ended = 0
+
+    # -- install / uninstall -------------------------------------------------------------------
+    def install(self) -> None:
+        torch = self._torch
+        lib = torch.library.Library("c10d", "IMPL")
+        try:
+            for opname, collective in OPERATORS.items():
+                packet = getattr(torch.ops.c10d, opname, None)
+                if packet is None:  # an operator this torch does not have
+                    continue
+                lib.impl(opname, self._kernel(packet.default, collective), "Autograd")
+        except Exception:
+            lib._destroy()
+            raise
+        self._lib = lib
+        self._patch_wait()
+
+    def uninstall(self) -> None:
+        if self._lib is not None:
+            self._lib._destroy()
+            self._lib = None
+        if self._wait_original is not None:
+            self._c10d.Work.wait = self._wait_original
+            self._wait_original = None
+
+    def _kernel(self, op: Any, collective: Collective) -> Callable[..., Any]:
+        schema = op._schema.arguments
+        # (position, name, default) of the arguments the record reads; the dispatcher may hand
+        # trailing arguments over by keyword, or leave defaulted ones out
+        def where(name: str | None) -> tuple[int, str, Any] | None:
+            for i, arg in enumerate(schema):
+                if arg.name == name:
+                    return i, name, arg.default_value
+            return None
+
+        wanted = (where(collective.chunk), where(collective.peer), where("async_op"),
+                  where("process_group"))
+        below, record = self._below_autograd, self._record
+        clock = time.monotonic_ns
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            start = clock()
+            with below():
+                out = op(*args, **kwargs)
+            try:
+                values = [None if w is None else args[w[0]] if w[0] < len(args)
+                          else kwargs.get(w[1], w[2]) for w in wanted]
+                record(collective, *values, out, start)
+            except Exception as exc:  # never into the job: counted and reported once at exit
+                if len(self.errors) < 5:
+                    self.errors.append(f"{collective.name}: {exc!r}")
+            return out
+
+        return kernel
+
+    def _patch_wait(self) -> None:
+        original = self._c10d.Work.wait
+        waiting, finished = self._waiting, self._finished
+
+        def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                result = original(work, *args, **kwargs)
+            except BaseException:
+                entry = waiting.pop(id(work), None)
+                if entry is not None:
+                    finished(entry[0], "wait", failed=True)
+                raise
+            if waiting:
+                entry = waiting.pop(id(work), None)
+                if entry is not None:
+                    finished(entry[0], "wait")
+            return result
+
+        wait.__doc__ = original.__doc__
+        self._c10d.Work.wait = wait
+        self._wait_original = original
+
+    # -- on the calling thread -----------------------------------------------------------------
+    def _record(self, collective: Collective, chunk: Any, peer: Any, is_async: Any, process_group: Any,
+                out: Any, start: int) -> None:
+        pg = self._c10d.ProcessGroup.unbox(process_group)
+        group = self._groups.get(pg.group_name) or self._group(pg)
+        tensors = _tensors(chunk)
+        first = tensors[0] if tensors else None
+        record = {
+            "op": collective.name,
+            "group": group,  # replaced by its fields at hand-over
+            "seq": group["calls"],
+            "start_ns": start,
+            "call_end_ns": time.monotonic_ns(),
+            "end_ns": None,
+            "chunk_count": sum(t.numel() for t in tensors),
+            "chunk_bytes": sum(t.numel() * t.element_size() for t in tensors),
+            "dtype": str(first.dtype).removeprefix("torch.") if first is not None else None,
+            "peer": peer,
+            "async": bool(is_async) if is_async is not None else None,
+            "tid": threading.get_native_id(),
+        }
+        group["calls"] += 1
+        self.recorded += 1
+        work = self._c10d.Work.unbox(out[-1] if isinstance(out, tuple) else out)
+        if first is not None and first.is_cuda:
+            self._time_on_device(pg, group)
+            self._polled.append((record, work))
+            return
+        try:
+            future = work.get_future()
+        except RuntimeError:  # this work type has no future: its wait() ends it
+            self._waiting[id(work)] = (record, work)
+            return
+        future.add_done_callback(lambda fut: self._finished(record, "completion", fut))
+
+    def _group(self, pg: Any) -> dict[str, Any]:
+        group = {"name": pg.group_name, "desc": pg.group_desc, "size": pg.size(), "rank": pg.rank(),
+                 "backend": pg.name(), "ranks": None, "calls": 0, "timed": False}
+        self._groups[group["name"]] = group
+        return group
+
+    def _time_on_device(self, pg: Any, group: dict[str, Any]) -> None:
+        if not group["timed"]:
+            group["timed"] = True
+            try:
+                pg._enable_collectives_timing()
+            except Exception as exc:
+                self._warn(f"hccl: cannot time collectives of group {group['name']} on the device "
+                           f"({exc!r}); their durations are N/A")
+
+    def _finished(self, record: dict[str, Any], source: str, future: Any = None,
+                  failed: bool = False) -> None:
+        """Stamp the end (on whichever thread saw it) and queue the record for its iteration."""
+        record["end_ns"] = time.monotonic_ns()
+        record["end_from"] = source
+        if future is not None:
+            try:
+                future.value()
+            except Exception:
+                failed = True
+        record["state"] = "failed" if failed else "completed"
+        self.ended += 1
+        done = self._done
+        if len(done) >= MAX_RECORDS:
+            done.popleft()
+            self.dropped += 1
+        done.append(record)
+
+    # -- on the sink thread --------------------------------------------------------------------
+    def take(self, start_ns: int, end_ns: int) -> list[dict[str, Any]]:
+        """The operations that ended by ``end_ns`` and were not handed over yet, as raw records."""
+        self._poll()
+        done, mine, later = self._done, [], []
+        for _ in range(len(done)):
+            record = done.popleft()
+            (mine if record["end_ns"] <= end_ns else later).append(record)
+        done.extendleft(reversed(later))
+        mine.sort(key=lambda r: r["start_ns"])
+        return [self._plain(r) for r in mine]
+
+    def _poll(self) -> None:
+        if self._polled:
+            still = []
+            for record, work in self._polled:
+                if not work.is_completed():
+                    still.append((record, work))
+                    continue
+                try:
+                    ms = work._get_duration()
+                    record["end_ns"] = record["start_ns"] + round(ms * 1e6)
+                    record["end_from"] = "cuda events"
+                    record["state"] = "completed" if work.is_success() else "failed"
+                except Exception:
+                    record["end_ns"], record["end_from"] = time.monotonic_ns(), "observed"
+                    record["state"], record["duration_unknown"] = "completed", True
+                self.ended += 1
+                self._done.append(record)
+            self._polled = still
+        for key, (record, work) in list(self._waiting.items()):
+            if work.is_completed() and self._waiting.pop(key, None) is not None:
+                self._finished(record, "observed")
+
+    def _plain(self, record: dict[str, Any]) -> dict[str, Any]:
+        group = record.pop("group")
+        if group["ranks"] is None:
+            group["ranks"] = self._global_ranks(group)
+        n = chunks(record["op"], group["size"])
+        record.update({"group": group["name"], "group_desc": group["desc"], "ranks": group["ranks"],
+                       "rank_size": group["size"], "rank": group["rank"], "backend": group["backend"],
+                       "count": record.pop("chunk_count") * n, "bytes": record.pop("chunk_bytes") * n})
+        return record
+
+    def _global_ranks(self, group: dict[str, Any]) -> list[int] | None:
+        """The group's members as global ranks, from torch.distributed's registry of groups
+        (the group object the operator saw may be another Python wrapper of the same group)."""
+        try:
+            dist = self._torch.distributed
+            for pg in list(dist.distributed_c10d._world.pg_group_ranks):
+                if pg.group_name == group["name"]:
+                    return list(dist.get_process_group_ranks(pg))
+        except Exception:
+            pass
+        return None
+
+    def exit_notes(self) -> list[str]:
+        """What the user must know at exit.  Operations that ended after the last finished
+        iteration (the final barrier, destroy_process_group) are not written, like every
+        record after that point, and need no word."""
+        notes = []
+        pending = self.recorded - self.ended
+        if pending > 0:
+            notes.append(f"hccl: {pending} collective(s) had not completed at exit and are not in "
+                         "any file")
+        if self.dropped:
+            notes.append(f"hccl: {self.dropped} collective record(s) were dropped: more than "
+                         f"{MAX_RECORDS} waited for an iteration to end")
+        if self.errors:
+            notes.append("hccl: some collectives could not be recorded: " + "; ".join(self.errors))
+        return notes

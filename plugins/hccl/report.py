@@ -1,0 +1,46 @@
+"""The communication section of ``jobprof summary``: which collectives cost the most, per rank."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from jobprof.plugins.hccl.collectives import bandwidths
+from jobprof.plugins.hccl.writer import STREAM
+from jobprof.types import NA, Section
+
+TOP = 10
+
+
+def _gbs(value: float | None) -> str:
+    return f"{value:.3f}" if value is not None else NA
+
+
+def communication_sections(profile: Any) -> list[Section]:
+    # (device, op, group) -> [count, ns, bytes, rank size, failed]
+    totals: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    iterations: dict[int, set[int]] = defaultdict(set)
+    for r in profile.records(STREAM):
+        if r.get("duration_unknown"):
+            continue
+        entry = totals[(r["_device"], r["op"], r.get("group_desc") or r["group"])]
+        entry[0] += 1
+        entry[1] += r["end_ns"] - r["start_ns"]
+        entry[2] += r["bytes"]
+        entry[3] = r["rank_size"]
+        entry[4] += r.get("state") == "failed"
+        iterations[r["_device"]].add(r["_iteration"])
+    if not totals:
+        return []
+    rows = []
+    for device in sorted(iterations):
+        ranked = sorted(((k, v) for k, v in totals.items() if k[0] == device), key=lambda kv: -kv[1][1])
+        for (_, op, group), (count, ns, size, ranks, failed) in ranked[:TOP]:
+            algbw, busbw = bandwidths(op, size, ranks, ns)
+            rows.append([device, op, group, ranks, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}",
+                         f"{size / count / 1e6:.3f}", _gbs(algbw), _gbs(busbw), failed or ""])
+    notes = ["bandwidths over the summed time and bytes, nccl-tests conventions (the README "
+             "has the formulas); the time includes waiting for the slowest rank"]
+    return [Section("Communication (hccl): top collectives by total time",
+                    ["device", "op", "group", "ranks", "count", "total ms", "mean ms", "mean MB",
+                     "algbw GB/s", "busbw GB/s", "failed"], rows, notes)]
