@@ -50,7 +50,7 @@ def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any] | None
     if capture is None:
         return None
     # built on the core's sink thread: the training thread only creates the partial
-    return {STREAM: partial(capture.take, iteration.start_ns, iteration.end_ns)}
+    return {STREAM: partial(capture.take, iteration)}
 
 
 @hookimpl

@@ -6,23 +6,29 @@ kernel for those operators at the ``Autograd`` dispatch key (they have none of t
 stamps the call, re-dispatches below autograd to the real backend kernel (gloo, NCCL, ...), and
 records the operation.  No other operator is touched, so the rest of the job runs at full speed.
 
-When an operation ends:
+When an operation ends (every end is an upper bound of the true one; ``end_from`` says which):
 
-* gloo (and any backend whose work has a future): the future's completion callback stamps it,
-  on the backend's thread: the true end, also for ``async_op=True`` calls.
-* works without a future (gloo send/recv, reduce_scatter_tensor): the end is when ``wait()``
-  returned (an upper bound of the completion); never waited: when the hand-over first saw it
-  completed (``end_from`` says which).
-* CUDA tensors (NCCL): the backend times the collective with CUDA events
+* ``completion``: the work's future completion callback, run by the backend's thread (gloo),
+  also for ``async_op=True`` calls.  It needs Python's GIL, so it can come late while the
+  training thread runs Python (up to the 5 ms switch interval, more on an oversubscribed CPU).
+* ``wait``: ``Work.wait()`` returned (Python callers); the first of this and the callback wins.
+  Works without a future (gloo send/recv, reduce_scatter_tensor) end only so, or
+  ``observed``: the hand-over found them completed.
+* ``backward end``: DistributedDataParallel's reducer waits for every bucket all-reduce before
+  ``backward()`` returns, so BP End bounds those issued by the autograd engine.
+* ``cuda events``: CUDA tensors (NCCL): the backend times the collective with CUDA events
   (``_enable_collectives_timing``); the record keeps the host start and the measured device
-  duration (``end_from`` = ``cuda events``).  Written, not verified on a GPU here.
+  duration.  Written, not verified on a GPU here.
 
-An operation belongs to the iteration in which it ends (as msproftx ranges do), with its
-true start; whatever ended before the first iteration ended goes into iteration 1.
+An operation belongs to the iteration in which it started (what step_trace's Reduce pairs
+need); one still running when that iteration is handed over goes to the first iteration handed
+over after it ended, with its true start.  Whatever started before the first iteration ended
+goes into iteration 1.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections import deque
@@ -33,6 +39,10 @@ from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
 
 #: records waiting for their iteration; beyond this the oldest are dropped (and counted)
 MAX_RECORDS = 200_000
+#: how long a hand-over waits for completion callbacks that wait for the GIL
+GRACE_S = 0.5
+#: how a work's end is learnt: its future's callback, wait() (no future), CUDA events (polled)
+_FUTURE, _WAIT, _DEVICE = "future", "wait", "device"
 
 
 def _tensors(value: Any) -> list[Any]:
@@ -57,17 +67,14 @@ class Capture:
         self._c10d = c10d
         self._below_autograd = torch._C._AutoDispatchBelowAutograd
         self._done: deque[dict[str, Any]] = deque()
-        #: works completed by ``wait()`` (no future): id(work) -> (record, work)
-        self._waiting: dict[int, tuple[dict[str, Any], Any]] = {}
-        #: works whose end is read when the hand-over sees them completed (CUDA events)
-        self._polled: list[tuple[dict[str, Any], Any]] = []
+        #: works not ended yet: id(work) -> (record, work, how its end is learnt)
+        self._open: dict[int, tuple[dict[str, Any], Any, str]] = {}
         self._groups: dict[str, dict[str, Any]] = {}  # by group name
         self._lib: Any = None
         self._wait_original: Any = None
         self.dropped = 0
         self.errors: list[str] = []
-        #: operations started / seen ending (their difference is what is still in flight)
-        self.recorded = self.ended = 0
+        self.recorded = 0
 
     # -- install / uninstall -------------------------------------------------------------------
     def install(self) -> None:
@@ -124,21 +131,15 @@ class Capture:
         return kernel
 
     def _patch_wait(self) -> None:
-        original = self._c10d.Work.wait
-        waiting, finished = self._waiting, self._finished
+        original, finished = self._c10d.Work.wait, self._finished
 
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 result = original(work, *args, **kwargs)
             except BaseException:
-                entry = waiting.pop(id(work), None)
-                if entry is not None:
-                    finished(entry[0], "wait", failed=True)
+                finished(id(work), "wait", failed=True)
                 raise
-            if waiting:
-                entry = waiting.pop(id(work), None)
-                if entry is not None:
-                    finished(entry[0], "wait")
+            finished(id(work), "wait")
             return result
 
         wait.__doc__ = original.__doc__
@@ -152,6 +153,10 @@ class Capture:
         group = self._groups.get(pg.group_name) or self._group(pg)
         tensors = _tensors(chunk)
         first = tensors[0] if tensors else None
+        try:  # who issued it: a Python caller, or the autograd engine (DDP's reducer, from C++)
+            in_backward = sys._getframe(2).f_code.co_name == "_engine_run_backward"
+        except ValueError:  # no Python frame at all: a C++ thread (CUDA autograd threads)
+            in_backward = True
         record = {
             "op": collective.name,
             "group": group,  # replaced by its fields at hand-over
@@ -164,21 +169,24 @@ class Capture:
             "dtype": str(first.dtype).removeprefix("torch.") if first is not None else None,
             "peer": peer,
             "async": bool(is_async) if is_async is not None else None,
+            "in_backward": in_backward,
             "tid": threading.get_native_id(),
         }
         group["calls"] += 1
         self.recorded += 1
         work = self._c10d.Work.unbox(out[-1] if isinstance(out, tuple) else out)
+        key = id(work)  # unique while the work is held in _open
         if first is not None and first.is_cuda:
             self._time_on_device(pg, group)
-            self._polled.append((record, work))
+            self._open[key] = (record, work, _DEVICE)
             return
         try:
             future = work.get_future()
-        except RuntimeError:  # this work type has no future: its wait() ends it
-            self._waiting[id(work)] = (record, work)
+        except RuntimeError:  # this work type has no future: wait(), or a later look, ends it
+            self._open[key] = (record, work, _WAIT)
             return
-        future.add_done_callback(lambda fut: self._finished(record, "completion", fut))
+        self._open[key] = (record, work, _FUTURE)
+        future.add_done_callback(lambda fut: self._finished(key, "completion", fut))
 
     def _group(self, pg: Any) -> dict[str, Any]:
         group = {"name": pg.group_name, "desc": pg.group_desc, "size": pg.size(), "rank": pg.rank(),
@@ -195,18 +203,25 @@ class Capture:
                 self._warn(f"hccl: cannot time collectives of group {group['name']} on the device "
                            f"({exc!r}); their durations are N/A")
 
-    def _finished(self, record: dict[str, Any], source: str, future: Any = None,
-                  failed: bool = False) -> None:
-        """Stamp the end (on whichever thread saw it) and queue the record for its iteration."""
-        record["end_ns"] = time.monotonic_ns()
-        record["end_from"] = source
+    def _finished(self, key: int, source: str, future: Any = None, failed: bool = False) -> None:
+        """Stamp the end of the work ``key`` (on whichever thread saw it first) and queue its
+        record.  Both the completion callback and ``wait()`` returning come after the true end,
+        late by the wait for Python's GIL, so the first of them is the closer bound."""
+        end = time.monotonic_ns()
+        entry = self._open.pop(key, None)
+        if entry is None:  # the other one was first, or not a work of ours
+            return
+        record = entry[0]
+        record["end_ns"], record["end_from"] = end, source
         if future is not None:
             try:
                 future.value()
             except Exception:
                 failed = True
         record["state"] = "failed" if failed else "completed"
-        self.ended += 1
+        self._queue(record)
+
+    def _queue(self, record: dict[str, Any]) -> None:
         done = self._done
         if len(done) >= MAX_RECORDS:
             done.popleft()
@@ -214,38 +229,55 @@ class Capture:
         done.append(record)
 
     # -- on the sink thread --------------------------------------------------------------------
-    def take(self, start_ns: int, end_ns: int) -> list[dict[str, Any]]:
-        """The operations that ended by ``end_ns`` and were not handed over yet, as raw records."""
-        self._poll()
+    def take(self, iteration: Any) -> list[dict[str, Any]]:
+        """The operations started by the end of ``iteration`` that have ended, as raw records.
+
+        An operation belongs to the iteration in which it started; one still running when that
+        iteration is handed over goes to the first iteration handed over after it ended.  A
+        work the backend reports complete but whose callback still waits for the GIL is waited
+        for (at most ``GRACE_S``), so it lands in its own iteration.
+        """
+        end_ns = iteration.end_ns
+        deadline = time.monotonic() + GRACE_S
+        while True:
+            self._poll()
+            late = [1 for record, work, kind in list(self._open.values())
+                    if kind == _FUTURE and record["start_ns"] <= end_ns and work.is_completed()]
+            if not late or time.monotonic() > deadline:
+                break
+            time.sleep(0.001)  # lets the callbacks take the GIL
         done, mine, later = self._done, [], []
         for _ in range(len(done)):
             record = done.popleft()
-            (mine if record["end_ns"] <= end_ns else later).append(record)
+            (mine if record["start_ns"] <= end_ns else later).append(record)
         done.extendleft(reversed(later))
         mine.sort(key=lambda r: r["start_ns"])
+        bp_end = iteration.bp_end_ns
+        for record in mine:
+            # DDP's reducer waits for every bucket before backward returns: BP End bounds them
+            if (bp_end is not None and record["in_backward"] and record["op"] == "all_reduce"
+                    and record["start_ns"] <= bp_end < record["end_ns"]):
+                record["end_ns"], record["end_from"] = bp_end, "backward end"
         return [self._plain(r) for r in mine]
 
     def _poll(self) -> None:
-        if self._polled:
-            still = []
-            for record, work in self._polled:
-                if not work.is_completed():
-                    still.append((record, work))
-                    continue
-                try:
-                    ms = work._get_duration()
-                    record["end_ns"] = record["start_ns"] + round(ms * 1e6)
-                    record["end_from"] = "cuda events"
-                    record["state"] = "completed" if work.is_success() else "failed"
-                except Exception:
-                    record["end_ns"], record["end_from"] = time.monotonic_ns(), "observed"
-                    record["state"], record["duration_unknown"] = "completed", True
-                self.ended += 1
-                self._done.append(record)
-            self._polled = still
-        for key, (record, work) in list(self._waiting.items()):
-            if work.is_completed() and self._waiting.pop(key, None) is not None:
-                self._finished(record, "observed")
+        for key, (record, work, kind) in list(self._open.items()):
+            if kind == _FUTURE or not work.is_completed():
+                continue
+            if kind == _WAIT:
+                self._finished(key, "observed")
+                continue
+            if self._open.pop(key, None) is None:
+                continue
+            try:
+                ms = work._get_duration()
+                record["end_ns"] = record["start_ns"] + round(ms * 1e6)
+                record["end_from"] = "cuda events"
+                record["state"] = "completed" if work.is_success() else "failed"
+            except Exception:
+                record["end_ns"], record["end_from"] = time.monotonic_ns(), "observed"
+                record["state"], record["duration_unknown"] = "completed", True
+            self._queue(record)
 
     def _plain(self, record: dict[str, Any]) -> dict[str, Any]:
         group = record.pop("group")
@@ -274,7 +306,7 @@ class Capture:
         iteration (the final barrier, destroy_process_group) are not written, like every
         record after that point, and need no word."""
         notes = []
-        pending = self.recorded - self.ended
+        pending = len(self._open)
         if pending > 0:
             notes.append(f"hccl: {pending} collective(s) had not completed at exit and are not in "
                          "any file")
