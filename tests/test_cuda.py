@@ -81,3 +81,43 @@ def test_every_iteration_has_device_records(gpu_run):
     for index, streams in raw(gpu_run.device_dir()).items():
         kinds = {r[4] for r in streams.get("ops", [])}
         assert "kernel" in kinds, (index, kinds)
+
+
+NCCL_JOB = """
+import os, socket, time, torch, torch.distributed as dist
+from torch import nn
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+dev = torch.device("cuda:0")
+torch.cuda.set_device(dev)
+model = torch.nn.parallel.DistributedDataParallel(nn.Linear(1024, 1024).to(dev), device_ids=[0])
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(4):
+    opt.zero_grad()
+    model(torch.randn(64, 1024, device=dev)).sum().backward()
+    dist.all_reduce(torch.ones(1 << 20, device=dev))     # 4 MiB
+    opt.step()
+torch.cuda.synchronize()
+dist.destroy_process_group()
+print("NCCL JOB DONE")
+"""
+
+
+@pytest.mark.skipif(not (torch.distributed.is_available() and torch.distributed.is_nccl_available()),
+                    reason="no NCCL in this torch")
+def test_nccl_collectives_timed_by_cuda_events(tmp_path):
+    """hccl on NCCL (one rank): the DDP bucket and the explicit all-reduce, with their sizes and
+    device durations from the backend's CUDA events."""
+    runner = Runner(tmp_path)
+    proc = runner.run(NCCL_JOB, {"training_trace": "on", "task_trace": "off", "hccl": "on"}, timeout=300)
+    assert "NCCL JOB DONE" in proc.stdout, proc.stderr
+    stored = raw(runner.device_dir(0))
+    for iteration in (2, 3):
+        reduces = [r for r in stored[iteration]["hccl"] if r["op"] == "all_reduce"]
+        assert sorted(r["bytes"] for r in reduces) == sorted([4 * (1024 * 1024 + 1024), 4 << 20])
+        for r in reduces:
+            assert r["backend"] == "nccl" and r["end_from"] == "cuda events", r
+            assert 0 < r["end_ns"] - r["start_ns"] < 1e9
+        events = check_timeline(runner.device_dir(0) / "timeline" / f"hccl_0_{MODEL}_{iteration}.json")
+        assert sum(e["ph"] == "X" for e in events) == len(stored[iteration]["hccl"])

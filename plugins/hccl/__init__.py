@@ -12,6 +12,7 @@ with task_trace off, at step-tier cost: no other operator is observed.
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any
 
@@ -39,6 +40,9 @@ def jobprof_session_start(session: Any) -> None:
     if not torch.distributed.is_available():
         session.reporter.warning("hccl: this torch has no torch.distributed; no collective is recorded")
         return
+    # NCCL times a collective with CUDA events only when asked before the group exists; the
+    # capture also asks each group it sees (gloo ignores both)
+    os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
     capture = Capture(torch, session.reporter.warning)
     capture.install()
     session.attach(STREAM, capture)
