@@ -401,3 +401,38 @@ def test_single_process_with_hccl_on_writes_no_hccl_file(runner: Runner) -> None
     assert not list(device.glob("timeline/hccl_*")) and not list(device.glob("summary/communication_*"))
 
 
+
+
+def test_capture_in_process_and_uninstall_restores_torch() -> None:
+    """One-rank gloo group in this process: records come out of ``take`` with their sizes, and
+    after ``uninstall`` torch's own Work.wait and kernels are back (nothing recorded)."""
+    import torch
+    import torch.distributed as dist
+
+    from jobprof.plugins.hccl.capture import Capture
+    from jobprof.types import Iteration
+
+    original_wait = torch._C._distributed_c10d.Work.wait
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        notes: list[str] = []
+        capture = Capture(torch, notes.append)
+        capture.install()
+        dist.all_reduce(torch.ones(3, 4))
+        work = dist.all_gather_into_tensor(torch.empty(5), torch.ones(5), async_op=True)
+        work.wait()
+        dist.barrier()
+        everything = Iteration(1, 0, 2**62, "explicit")
+        records = capture.take(everything)
+        assert [(r["op"], r["count"], r["bytes"], r["rank_size"], r["ranks"]) for r in records] == [
+            ("all_reduce", 12, 48, 1, [0]), ("all_gather_into_tensor", 5, 20, 1, [0]),
+            ("barrier", 0, 0, 1, [0])]
+        assert records[1]["async"] is True and all(r["state"] == "completed" for r in records)
+        assert [r["seq"] for r in records] == [0, 1, 2]
+        assert capture.take(everything) == [] and capture.exit_notes() == [] and not notes
+        capture.uninstall()
+        assert torch._C._distributed_c10d.Work.wait is original_wait
+        dist.all_reduce(torch.ones(2))
+        assert capture.take(everything) == [] and capture.recorded == 3
+    finally:
+        dist.destroy_process_group()
