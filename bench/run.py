@@ -1,7 +1,7 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
-    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx|optier|optier-memory|export]
-                        [--json out.json]
+    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx|ddp|hccl-cost|optier|
+                                          optier-memory|export] [--json out.json]
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from importlib import metadata
 from typing import Any
 
+import ddp
 import dp
 import export_rate
 import hotpath
@@ -61,8 +62,8 @@ def measured() -> Iterator[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
-    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "optier",
-                                           "optier-memory", "export"],
+    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp",
+                                           "hccl-cost", "optier", "optier-memory", "export"],
                         help="run one benchmark (optier-memory: full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
@@ -73,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps-options", type=json.loads, metavar="JSON",
                         help="PROFILING_OPTIONS of the profiled arm, without output (to locate "
                         f"an overhead; default {json.dumps(steps.OPTIONS)})")
+    parser.add_argument("--ddp-repeats", type=int, help="ddp rounds of 2 arms (default 7, quick 3)")
+    parser.add_argument("--ddp-steps", type=int, help=f"steps per ddp run (default {ddp.STEPS}, quick 80)")
+    parser.add_argument("--ddp-options", type=json.loads, metavar="JSON",
+                        help="PROFILING_OPTIONS of the ddp profiled arm, without output (to locate an "
+                        f"overhead; default {json.dumps(ddp.OPTIONS)})")
+    parser.add_argument("--hccl-calls", type=int, help="hccl-cost: collectives per round and arm "
+                        f"(default {ddp.COST_CALLS}, quick 5000)")
+    parser.add_argument("--hccl-rounds", type=int, help="hccl-cost: pairs of rounds (default 7, quick 3)")
     parser.add_argument("--optier-repeats", type=int, help="optier rounds of 4 arms (default 7, quick 2)")
     parser.add_argument("--optier-steps", type=int, help=f"steps per optier run (default {optier.STEPS}, "
                         "quick 50)")
@@ -125,6 +134,21 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(mstx.run(calls=5_000 if args.quick else 20_000, rounds=2 if args.quick else 3))
             report["mstx"] = result
             table += mstx.rows(result)
+        if args.only in (None, "ddp"):
+            n = max(args.ddp_repeats or (3 if args.quick else 7), 2)
+            with measured() as result:
+                result.update(ddp.run_steps(n, steps=args.ddp_steps or (80 if args.quick else ddp.STEPS),
+                                            options=args.ddp_options))
+            report["ddp"] = result
+            table += ddp.rows_steps(result)
+            notes += ddp.notes({"steps": result})
+        if args.only in (None, "hccl-cost"):
+            with measured() as result:
+                result.update(ddp.run_cost(args.hccl_calls or (5_000 if args.quick else ddp.COST_CALLS),
+                                           max(args.hccl_rounds or (3 if args.quick else 7), 2)))
+            report["hccl-cost"] = result
+            table += ddp.rows_cost(result)
+            notes += ddp.notes({"cost": result})
         if args.only in (None, "hotpath"):
             with measured() as result:
                 result.update(hotpath.run(args.steps, workers=args.workers))
@@ -157,8 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     except (HarnessError, RuntimeError) as exc:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
-    for name in ("startup", "steps", "tier", "dp", "mstx", "hotpath", "hotpath_tier", "optier",
-                 "optier-memory", "export"):
+    for name in ("startup", "steps", "tier", "dp", "mstx", "ddp", "hccl-cost", "hotpath", "hotpath_tier",
+                 "optier", "optier-memory", "export"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work
