@@ -37,8 +37,9 @@ from typing import Any
 
 from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
 
-#: records waiting for their iteration; beyond this the oldest are dropped (and counted)
-MAX_RECORDS = 200_000
+#: records waiting for their iteration (about 1 KB each); beyond this the oldest are dropped
+#: and counted (a job whose iterations stopped ending, a stopped session)
+MAX_RECORDS = 20_000
 #: how long a hand-over waits for completion callbacks that wait for the GIL
 GRACE_S = 0.5
 #: how a work's end is learnt: its future's callback, wait() (no future), CUDA events (polled)
@@ -216,7 +217,7 @@ class Capture:
         if future is not None:
             try:
                 future.value()
-            except Exception:
+            except Exception:  # the collective failed (a peer died, a timeout)
                 failed = True
         record["state"] = "failed" if failed else "completed"
         self._queue(record)
