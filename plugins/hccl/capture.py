@@ -66,7 +66,6 @@ class Capture:
 
         self._torch, self._warn = torch, warn
         self._c10d = c10d
-        self._below_autograd = torch._C._AutoDispatchBelowAutograd
         self._done: deque[dict[str, Any]] = deque()
         #: works not ended yet: id(work) -> (record, work, how its end is learnt)
         self._open: dict[int, tuple[dict[str, Any], Any, str]] = {}
@@ -86,7 +85,7 @@ class Capture:
                 packet = getattr(torch.ops.c10d, opname, None)
                 if packet is None:  # an operator this torch does not have
                     continue
-                lib.impl(opname, self._kernel(packet.default, collective), "Autograd")
+                lib.impl(opname, self._kernel(packet.default, collective), "Autograd", with_keyset=True)
         except Exception:
             lib._destroy()
             raise
@@ -113,13 +112,13 @@ class Capture:
 
         wanted = (where(collective.chunk), where(collective.peer), where("async_op"),
                   where("process_group"))
-        below, record = self._below_autograd, self._record
-        clock = time.monotonic_ns
+        below, record = self._torch._C._after_autograd_keyset, self._record
+        clock, redispatch = time.monotonic_ns, op.redispatch
 
-        def kernel(*args: Any, **kwargs: Any) -> Any:
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             start = clock()
-            with below():
-                out = op(*args, **kwargs)
+            # straight to the next kernel (the backend's), not a new dispatch from the top
+            out = redispatch(keyset & below, *args, **kwargs)
             try:
                 values = [None if w is None else args[w[0]] if w[0] < len(args)
                           else kwargs.get(w[1], w[2]) for w in wanted]
