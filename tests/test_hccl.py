@@ -428,6 +428,8 @@ def test_capture_in_process_and_uninstall_restores_torch() -> None:
             ("all_reduce", 12, 48, 1, [0]), ("all_gather_into_tensor", 5, 20, 1, [0]),
             ("barrier", 0, 0, 1, [0])]
         assert records[1]["async"] is True and all(r["state"] == "completed" for r in records)
+        # a synchronous call ends when its wait() returns: no completion callback needed
+        assert (records[0]["async"], records[0]["end_from"]) == (False, "wait")
         assert [r["seq"] for r in records] == [0, 1, 2]
         assert capture.take(everything) == [] and capture.exit_notes() == [] and not notes
         capture.uninstall()

@@ -9,10 +9,12 @@ records the operation.  No other operator is touched, so the rest of the job run
 When an operation ends (every end is an upper bound of the true one; ``end_from`` says which):
 
 * ``completion``: the work's future completion callback, run by the backend's thread (gloo),
-  also for ``async_op=True`` calls.  It needs Python's GIL, so it can come late while the
-  training thread runs Python (up to the 5 ms switch interval, more on an oversubscribed CPU).
-* ``wait``: ``Work.wait()`` returned (Python callers); the first of this and the callback wins.
-  Works without a future (gloo send/recv, reduce_scatter_tensor) end only so, or
+  for ``async_op=True`` calls and the operations DDP issues from C++.  It needs Python's GIL, so
+  it can come late while another thread runs Python (up to the 5 ms switch interval, more on an
+  oversubscribed CPU); each is a GIL hand-over, which is most of what hccl costs a DDP step.
+* ``wait``: ``Work.wait()`` returned.  Synchronous Python calls wait at once and end only so
+  (no callback: cheaper, as exact); for the others the first of this and the callback wins.
+  Works without a future (gloo send/recv, reduce_scatter_tensor) end so too, or
   ``observed``: the hand-over found them completed.
 * ``backward end``: DistributedDataParallel's reducer waits for every bucket all-reduce before
   ``backward()`` returns, so BP End bounds those issued by the autograd engine.
@@ -183,6 +185,11 @@ class Capture:
         try:
             future = work.get_future()
         except RuntimeError:  # this work type has no future: wait(), or a later look, ends it
+            self._open[key] = (record, work, _WAIT)
+            return
+        if record["async"] is False and not in_backward:
+            # a synchronous Python call: it waits at once, and wait() ends it with no
+            # callback (each callback costs a GIL hand-over on the backend's thread)
             self._open[key] = (record, work, _WAIT)
             return
         self._open[key] = (record, work, _FUTURE)
