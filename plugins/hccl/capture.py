@@ -182,14 +182,14 @@ class Capture:
             self._time_on_device(pg, group)
             self._open[key] = (record, work, _DEVICE)
             return
-        try:
-            future = work.get_future()
-        except RuntimeError:  # this work type has no future: wait(), or a later look, ends it
-            self._open[key] = (record, work, _WAIT)
-            return
         if record["async"] is False and not in_backward:
             # a synchronous Python call: it waits at once, and wait() ends it with no
             # callback (each callback costs a GIL hand-over on the backend's thread)
+            self._open[key] = (record, work, _WAIT)
+            return
+        try:
+            future = work.get_future()
+        except RuntimeError:  # this work type has no future: wait(), or a later look, ends it
             self._open[key] = (record, work, _WAIT)
             return
         self._open[key] = (record, work, _FUTURE)
