@@ -43,11 +43,15 @@ def dp_sections(profile: Any) -> list[Section]:
                 s["collate"].append(rec["t2"] - rec["t1"])
         for loader in sorted(stats):
             s, about = stats[loader], names.get(loader, {})
-            # median over the iterations that used the loader: one slow start (spawned workers
-            # importing torch) must not decide the verdict of a whole run
-            shares = [w / (windows[i][1] - windows[i][0]) for i, w in waited[loader].items()
-                      if i in windows and windows[i][1] > windows[i][0]]
-            share = statistics.median(shares) if shares else 0.0
+            # time-weighted over the iterations that used the loader, the first left out: its
+            # workers' start-up (spawned workers importing torch) must not decide the verdict of
+            # a whole run.  Not a median of per-iteration shares: workers that finish together
+            # make them bimodal (a long wait, then a batch already there), and the median of a
+            # bimodal list flips with the phase
+            used = sorted(i for i in waited[loader] if i in windows and windows[i][1] > windows[i][0])
+            kept = used[1:] or used
+            span = sum(windows[i][1] - windows[i][0] for i in kept)
+            share = sum(waited[loader][i] for i in kept) / span if span else 0.0
             buffered = f"{statistics.median(s['buffered']):g}" if s["buffered"] else "N/A"
             verdict = "data-bound" if share >= DATA_BOUND_SHARE else "keeps up"
             rows.append([device, f"loader{loader}", about.get("dataset", "?"), about.get("workers", "?"),
@@ -67,10 +71,10 @@ def dp_sections(profile: Any) -> list[Section]:
                            "shared-memory tensors), not their production; fewer, larger tensors "
                            "per batch help more than more workers")
                 notes.append(f"device {device} loader{loader}: data-bound, the loop waited for the "
-                             f"DataLoader in {100 * share:.0f}% of iteration time (median over "
-                             f"{len(shares)} iterations); {why}")
+                             f"DataLoader in {100 * share:.0f}% of iteration time (over "
+                             f"{len(kept)} iterations, the first left out); {why}")
     if not rows:
         return []
     return [Section("DataLoader (median per batch, ms)",
-                    ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter (median)",
+                    ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter",
                      "fetch", "collate", "buffered at request", "verdict"], rows, notes)]
