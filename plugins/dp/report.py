@@ -43,13 +43,15 @@ def dp_sections(profile: Any) -> list[Section]:
                 s["collate"].append(rec["t2"] - rec["t1"])
         for loader in sorted(stats):
             s, about = stats[loader], names.get(loader, {})
-            # time-weighted over the iterations that used the loader, the first left out: its
-            # workers' start-up (spawned workers importing torch) must not decide the verdict of
-            # a whole run.  Not a median of per-iteration shares: workers that finish together
-            # make them bimodal (a long wait, then a batch already there), and the median of a
-            # bimodal list flips with the phase
+            # time-weighted over the iterations that used the loader, the first one per worker
+            # left out: each worker's first batch holds its start-up (a spawned worker imports
+            # torch), which must not decide the verdict of a whole run.  Not a median of
+            # per-iteration shares: workers that finish together make those bimodal (a long
+            # wait, then a batch already there), and the median of a bimodal list flips
+            workers = about.get("workers")
+            start_up = workers if isinstance(workers, int) and workers > 0 else 1
             used = sorted(i for i in waited[loader] if i in windows and windows[i][1] > windows[i][0])
-            kept = used[1:] or used
+            kept = used[start_up:] or used
             span = sum(windows[i][1] - windows[i][0] for i in kept)
             share = sum(waited[loader][i] for i in kept) / span if span else 0.0
             buffered = f"{statistics.median(s['buffered']):g}" if s["buffered"] else "N/A"
@@ -72,7 +74,7 @@ def dp_sections(profile: Any) -> list[Section]:
                            "per batch help more than more workers")
                 notes.append(f"device {device} loader{loader}: data-bound, the loop waited for the "
                              f"DataLoader in {100 * share:.0f}% of iteration time (over "
-                             f"{len(kept)} iterations, the first left out); {why}")
+                             f"{len(kept)} iterations, each worker's first batch left out); {why}")
     if not rows:
         return []
     return [Section("DataLoader (median per batch, ms)",
