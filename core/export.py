@@ -35,6 +35,8 @@ class DeviceMeta:
     #: the calibration the profiled process recorded (info.json ``jobprof.calibration``)
     machine: Mapping[str, Any] = attrs.field(factory=dict)
     metrics: MetricSet | None = None
+    #: rank_id, world_size, backend of the process (info.json), ``N/A`` outside a distributed job
+    job: Mapping[str, Any] = attrs.field(factory=dict)
 
 
 #: the name writers of the core itself are listed under (the master timeline)
@@ -56,7 +58,7 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
     """Write every writer's file for one iteration; returns (path, bytes) per file."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
     ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
-                        meta.program, meta.metrics, meta.machine)
+                        meta.program, meta.metrics, meta.machine, job=meta.job)
     written = []
     for plugin, spec in writers:
         try:
@@ -78,8 +80,12 @@ def read_meta(device_dir: Path) -> DeviceMeta:
     info = json.loads((device_dir / f"info.json.{device_id}").read_text())
     options = info.get("jobprof", {}).get("options")
     config = Config(options, explicit=info.get("jobprof", {}).get("explicit", [])) if options else None
+    own = info.get("jobprof", {})
+    job = {"rank_id": info.get("rank_id", "N/A"), "world_size": own.get("world_size", "N/A"),
+           "backend": own.get("backend", "N/A")}
     return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config,
-                      str(info.get("pid_name", "")), info.get("jobprof", {}).get("calibration") or {})
+                      str(info.get("pid_name", "")), info.get("jobprof", {}).get("calibration") or {},
+                      job=job)
 
 
 def with_metrics(meta: DeviceMeta, manager: PluginManager) -> DeviceMeta:

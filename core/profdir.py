@@ -60,20 +60,22 @@ def preferred_device_id(torch: Any) -> tuple[int, str]:
 
 
 def job_rank(torch: Any, environ: Any = os.environ) -> dict[str, Any]:
-    """This process's place in a distributed job: ``rank_id`` and ``world_size`` (``N/A``
-    outside one), from torchrun's ``RANK`` / ``WORLD_SIZE`` or else torch.distributed (set up by
-    ``init_process_group``, e.g. under ``torch.multiprocessing.spawn``)."""
+    """This process's place in a distributed job: ``rank_id``, ``world_size`` and the default
+    group's ``backend`` (``N/A`` outside one), from torchrun's ``RANK`` / ``WORLD_SIZE`` or else
+    torch.distributed (set up by ``init_process_group``, e.g. under ``torch.multiprocessing.spawn``)."""
     rank, world, source = environ.get("RANK", ""), environ.get("WORLD_SIZE", ""), "RANK / WORLD_SIZE"
-    if rank.isdigit() and world.isdigit():
-        return {"rank_id": int(rank), "world_size": int(world), "rank_from": source}
+    backend, found = "N/A", None
     try:
         dist = torch.distributed
         if dist.is_available() and dist.is_initialized():
-            return {"rank_id": dist.get_rank(), "world_size": dist.get_world_size(),
-                    "rank_from": "torch.distributed"}
+            backend = str(dist.get_backend())
+            found = {"rank_id": dist.get_rank(), "world_size": dist.get_world_size(),
+                     "rank_from": "torch.distributed", "backend": backend}
     except Exception:
         pass
-    return {"rank_id": "N/A", "world_size": "N/A", "rank_from": "not distributed"}
+    if rank.isdigit() and world.isdigit():
+        return {"rank_id": int(rank), "world_size": int(world), "rank_from": source, "backend": backend}
+    return found or {"rank_id": "N/A", "world_size": "N/A", "rank_from": "not distributed", "backend": "N/A"}
 
 
 def claim_device_dir(job: Path, preferred: int) -> tuple[int, Path]:

@@ -207,7 +207,8 @@ class Session:
             self._write_metadata(None)
             meta = export.with_metrics(export.DeviceMeta(
                 self.device_id, self.pid, self.anchor, self.config, profdir.program_name(),
-                self.info.get("calibration") or {}), self.manager)
+                self.info.get("calibration") or {},
+                job={k: v for k, v in self._rank.items() if k != "rank_from"}), self.manager)
             group = self.config.get("aic_metrics")
             if group and meta.metrics is None:
                 self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "

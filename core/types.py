@@ -128,6 +128,9 @@ class ExportContext:
     #: per-iteration results shared by the writers of this iteration (e.g. the operator tree
     #: every operator-tier writer reads; see jobprof.optree.view)
     memo: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False)
+    #: the process's place in the job (info.json): ``rank_id``, ``world_size`` and ``backend``
+    #: (``N/A`` outside a distributed job); empty for a profile recorded without them
+    job: Mapping[str, Any] = attrs.field(converter=_freeze, factory=dict)
 
     def records(self, stream: str) -> list[dict[str, Any]]:
         return self.streams.get(stream, [])
