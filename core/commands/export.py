@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from jobprof import export
+from jobprof import export, rawstore
 from jobprof.commands._common import new_manager
 from jobprof.profile import find_prof_dir
+from jobprof.progress import bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,10 +28,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     status = 0
     for device_dir in devices:
-        show = _progress(device_dir.name)
-        result = export.export_device(device_dir, manager, show)
-        if show is not None:
-            sys.stderr.write("\r\033[K")
+        with bar(total=_stored_iterations(device_dir), desc=device_dir.name, unit="iteration") as shown:
+            result = export.export_device(device_dir, manager, lambda _done: shown.update(1))
         finished = any(device_dir.glob("end_info.*"))
         print(f"{device_dir}: {result.iterations} iteration(s), {result.files} file(s)"
               + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
@@ -41,14 +39,15 @@ def run(args: argparse.Namespace) -> int:
     return status
 
 
-def _progress(label: str) -> Any:
-    """A one-line progress counter on a terminal; silent otherwise."""
-    if not sys.stderr.isatty():
+def _stored_iterations(device_dir: Path) -> int | None:
+    """About how many iterations the raw segments hold (their complete lines), for the bar's
+    total; counted in blocks without parsing, so it costs a read of the data, not a decode."""
+    lines = 0
+    try:
+        for segment in rawstore.segments(device_dir):
+            with open(segment, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    lines += block.count(b"\n")
+    except OSError:
         return None
-
-    def show(done: int) -> None:
-        if done % 50 == 0:
-            sys.stderr.write(f"\r{label}: {done} iterations exported")
-            sys.stderr.flush()
-
-    return show
+    return lines
