@@ -205,6 +205,27 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookspec
+def jobprof_iteration_spans(iteration: Iteration, streams: Mapping[str, list]) -> Mapping[str, list] | None:
+    """Return where one iteration's time went, as ``{category: [(start_ns, end_ns), ...]}``.
+
+    Called by ``jobprof summary`` / ``report`` once per stored iteration with its raw streams;
+    times are the profiled process's ``monotonic_ns``.  The core paints the iteration with
+    these spans into the breakdown of :mod:`jobprof.breakdown`.  Categories it understands:
+    ``data_wait`` (the loop waited for input), ``compute`` (operators ran), ``communication``
+    (collectives were in flight), ``communication_blocking`` (collectives the loop is known to
+    have waited for; used when nobody reports ``compute``), ``forward_backward`` and
+    ``refresh`` (the step's phases).  Return None when the plugin has nothing to say.
+
+    Example::
+
+        @hookimpl
+        def jobprof_iteration_spans(iteration, streams):
+            waits = [(r["t0"], r["t1"]) for r in streams.get("my_loader", ())]
+            return {"data_wait": waits} if waits else None
+    """
+
+
+@hookspec
 def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
     """Return tables describing a finished profile, for ``jobprof summary``.
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -179,14 +180,48 @@ class WriterSpec:
         return f"{self.name}_{device_id}_{model_id}_{iteration}.{self.extension}"
 
 
+def slug(text: str) -> str:
+    """A stable machine key for a human header: ``"total ms"`` -> ``"total_ms"``."""
+    return re.sub(r"[^0-9a-z]+", "_", text.lower().replace("%", " pct ").replace("µ", "u")).strip("_")
+
+
+@attrs.frozen
+class Finding:
+    """One numbered statement of the report's Findings, with the numbers it rests on.
+
+    ``key`` is stable (``"data_bound"``, ``"straggler"``); ``evidence`` holds the values the text
+    quotes, so ``jobprof summary --json`` readers and tests can check them.
+    """
+
+    key: str
+    text: str
+    evidence: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: dict(m))
+    #: 1 (worth a look) .. 3 (the first thing to fix); orders the Findings list
+    weight: int = 1
+
+
 @attrs.frozen
 class Section:
-    """A table for ``jobprof summary`` (and later the HTML report)."""
+    """A table for ``jobprof summary`` and the HTML report, with the findings it supports.
+
+    ``key`` names the section in ``summary --json`` (a slug of the title when not given);
+    ``columns`` are the rows' machine keys (slugs of ``headers`` when not given).
+    """
 
     title: str
     headers: tuple[str, ...] = attrs.field(converter=tuple)
     rows: tuple[tuple[Any, ...], ...] = attrs.field(converter=lambda rows: tuple(map(tuple, rows)))
     notes: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+    key: str = attrs.field(default="")
+    findings: tuple[Finding, ...] = attrs.field(converter=tuple, factory=tuple)
+    columns: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+
+    def __attrs_post_init__(self) -> None:
+        # derived defaults on a frozen class: set once, here
+        if not self.key:
+            object.__setattr__(self, "key", slug(self.title.split("(")[0]))
+        if not self.columns:
+            object.__setattr__(self, "columns", tuple(slug(h) for h in self.headers))
 
 
 @attrs.frozen

@@ -304,14 +304,15 @@ def test_overlap_analysis_tiles_the_iteration(plain):
 def test_summary_lists_the_top_operators(plain):
     proc = jobprof_cli("summary", "--json", str(plain.device.parent))
     assert proc.returncode == 0, proc.stderr
-    section = next(s for s in json.loads(proc.stdout)["sections"] if s["title"].startswith("Top operators"))
+    section = json.loads(proc.stdout)["sections"]["top_operators"]
+    assert section["columns"] == ["device", "op_type", "core_type", "count", "total_ms", "mean_us", "pct_of_task_time"]
     rows = {(r[1], r[2]): r for r in section["rows"]}
     mm_rows = [r for path in plain.files("op_summary") for r in read_csv(path) if r["OP Type"] == "mm"]
     device, _, _, count, total_ms, mean_us, _ = rows[("mm", "CPU")]
     assert (device, count) == (0, len(mm_rows))
     total = sum(us(r["Task Duration(us)"]) for r in mm_rows)
-    assert abs(Decimal(total_ms) - total / 1000) <= Decimal("0.001")
-    assert abs(Decimal(mean_us) - total / len(mm_rows)) <= Decimal("0.001")
+    assert abs(Decimal(str(total_ms)) - total / 1000) <= Decimal("0.001")
+    assert abs(Decimal(str(mean_us)) - total / len(mm_rows)) <= Decimal("0.001")
     shares = [float(r[6]) for r in section["rows"]]
     assert shares == sorted(shares, reverse=True) and all(0 <= s <= 100 for s in shares)
 

@@ -1,42 +1,119 @@
-"""``jobprof summary``: the report sections of a profile, as tables or JSON."""
+"""``jobprof summary``: where each rank's iteration time went, and what to do about it.
+
+Tables on a terminal, or the model of :mod:`jobprof.summary` with ``--json`` (stable keys,
+documented in the README).  ``--iterations`` and ``--rank`` narrow what every section counts.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
-import attrs
 from tabulate import tabulate
 
-from jobprof.commands._common import new_manager
+from jobprof import breakdown
+from jobprof.commands._common import new_manager, progress_for
 from jobprof.profile import Profile
-from jobprof.types import Section
+from jobprof.selection import Selection
+from jobprof.summary import summarize
+
+STATS = ("mean", "median", "p95", "worst")
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    """``--iterations`` and ``--rank``, shared by the commands that read a profile."""
+    p.add_argument("--iterations", metavar="A-B", help="only these iterations: 5-20, 5-, -20 or 7")
+    p.add_argument("--rank", type=int, action="append", metavar="R",
+                   help="only this rank (rank_id in info.json; repeat for several)")
+
+
+def load(args: argparse.Namespace) -> tuple[Profile, dict[str, Any]]:
+    """The selected profile and its summary model (raises ValueError on a bad selection)."""
+    selection = Selection(args.iterations, args.rank)
+    profile = Profile(args.prof_dir, selection)
+    manager, _ = new_manager()
+    manager.load_entry_points()
+    return profile, summarize(profile, manager, progress_for())
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("summary", help="print the report sections of a profile")
+    p = sub.add_parser("summary", help="per-rank iteration breakdown, top operators, collectives, findings")
     p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
-    p.add_argument("--json", action="store_true", help="print the sections as JSON")
+    p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see README)")
+    add_selection(p)
     p.set_defaults(func=run)
 
 
+def _f(value: float | None, digits: int = 3) -> str:
+    return "N/A" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "N/A" if value is None else f"{100 * value:.1f}%"
+
+
+def render(model: dict[str, Any]) -> str:
+    """The model as terminal text."""
+    out: list[str] = []
+    ranks = model["ranks"]
+    sel = model["selection"]
+    narrowed = ", ".join(f"{k} {v if k == 'iterations' else ','.join(map(str, v))}"
+                         for k, v in sel.items() if v is not None)
+    out.append(f"{model['prof_dir']}  ({len(ranks)} rank(s){'; ' + narrowed if narrowed else ''})")
+    if ranks:
+        rows = [[r["rank"], r["device"], r["hostname"] or "N/A", r["iterations"]["count"],
+                 f"{r['iterations']['first']}-{r['iterations']['last']}" if r["iterations"]["count"] else "-",
+                 r["iteration_method"] or "N/A", "yes" if r["finished"] else "no (killed?)"] for r in ranks]
+        out += ["", "Ranks", tabulate(rows, headers=["rank", "device", "host", "iterations", "range",
+                                                     "found by", "finished"])]
+        keys = ("iteration", *breakdown.PARTS)
+        rows = []
+        for r in ranks:
+            for stat in STATS:
+                rows.append([r["rank"], stat, *(_f(r["breakdown_ms"][k][stat]) for k in keys)])
+            rows.append([r["rank"], "share", "100%", *(_pct(r["share"][k]) for k in breakdown.PARTS)])
+        out += ["", "Iteration time (ms): where it went, per rank",
+                tabulate(rows, headers=["rank", "", *(breakdown.LABELS[k] for k in keys)])]
+        worst = [f"rank {r['rank']}: worst iteration {r['breakdown_ms']['iteration']['worst_iteration']}"
+                 for r in ranks if r["iterations"]["count"]]
+        bases = sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
+        out += [f"  note: {n}" for n in ["parts add up to the iteration time; see README for definitions",
+                                         *bases, "; ".join(worst)] if n]
+    cross = model["cross_rank"]
+    if cross:
+        what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
+        spread = cross["spread_share"]
+        rows = [[rank, f"{n} of {cross['iterations_compared']}", _pct(cross["median_excess"][rank])]
+                for rank, n in cross["slowest_count"].items()]
+        out += ["", f"Across ranks ({what}, {cross['iterations_compared']} iterations)",
+                tabulate(rows, headers=["rank", "slowest in", "vs median (median)"]),
+                f"  spread (max - min) as a share of the iteration: median {_pct(spread['median'])}, "
+                f"p95 {_pct(spread['p95'])}, worst {_pct(spread['worst'])} "
+                f"(iteration {spread['worst_iteration']})"]
+    for section in model["sections"].values():
+        out += ["", section["title"], tabulate(section["rows"], headers=section["headers"], missingval="N/A")]
+        out += [f"  note: {n}" for n in section["notes"]]
+    if model["findings"]:
+        out += ["", "Findings"]
+        out += [f"  {i}. {f['text']}" for i, f in enumerate(model["findings"], 1)]
+    if model["missing"]:
+        out += ["", "Missing"] + [f"  - {m}" for m in model["missing"]]
+    if not ranks and not model["sections"]:
+        out.append("no data: no plugin reported anything for this profile")
+    return "\n".join(out)
+
+
 def run(args: argparse.Namespace) -> int:
-    manager, _ = new_manager()
-    manager.load_entry_points()
-    profile = Profile(args.prof_dir)
-    sections: list[Section] = [s for _, found in manager.call("jobprof_report_sections", profile=profile)
-                               for s in found]
+    try:
+        _, model = load(args)
+    except ValueError as exc:
+        print(f"jobprof: error: {exc}", file=sys.stderr)
+        return 2
     if args.json:
-        print(json.dumps({"prof_dir": str(profile.path), "sections": [attrs.asdict(s) for s in sections]},
-                         indent=2, default=str))
-        return 0
-    print(f"{profile.path}  (devices: {', '.join(map(str, profile.devices)) or 'none'})")
-    for section in sections:
-        print(f"\n{section.title}")
-        print(tabulate(section.rows, headers=section.headers))
-        for note in section.notes:
-            print(f"  note: {note}")
-    if not sections:
-        print("no data: no plugin reported anything for this profile")
-    return 0
+        print(json.dumps(model, indent=2, default=str))
+    else:
+        print(render(model))
+    return 0 if model["ranks"] else 1

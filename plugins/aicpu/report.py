@@ -6,12 +6,11 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from jobprof import rawstore
 from jobprof.opcapture import NAME
 from jobprof.opcapture import STREAM as OPS_STREAM
 from jobprof.optree import OpView
 from jobprof.plugins.aicpu.split import launching_tops, split
-from jobprof.types import Section
+from jobprof.types import Finding, Section
 
 TOP = 10
 #: median per-iteration dispatch share above which the operators are called framework-bound
@@ -30,13 +29,14 @@ def _pct(part: int, whole: int) -> str:
 def aicpu_sections(profile: Any) -> list[Section]:
     rows: list[list[Any]] = []
     notes: list[str] = []
+    findings: list[Finding] = []
     for device in profile.devices:
         if not _on(profile, device):
             continue
         # name -> [calls, total, compute, memcpy, host-only calls]
         per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
         shares: list[float] = []
-        for _, streams in rawstore.read(profile.path / f"device_{device}"):
+        for _, streams in profile.streams(device):
             records = streams.get(OPS_STREAM)
             if not records:
                 continue
@@ -64,10 +64,13 @@ def aicpu_sections(profile: Any) -> list[Section]:
                          _pct(total - compute - memcpy, total)])
         median = statistics.median(shares) if shares else 0.0
         if median > FRAMEWORK_BOUND_SHARE:
-            notes.append(f"device {device}: framework-bound: a median {100 * median:.0f}% of top-level "
+            who = f"rank {profile.rank(device)}: " if len(profile.devices) > 1 else ""
+            findings.append(Finding("framework_bound", f"{who}framework-bound: a median "
+                         f"{100 * median:.0f}% of top-level "
                          "operator time per iteration is dispatch (dispatcher, autograd bookkeeping, "
                          "allocation, views), not compute or copies; fewer, larger operators (batching, "
-                         "fused ops, torch.compile) would cut it")
+                         "fused ops, torch.compile) would cut it",
+                                    {"rank": profile.rank(device), "dispatch_share": median}, weight=2))
         else:
             notes.append(f"device {device}: median dispatch share per iteration {100 * median:.0f}% "
                          "of top-level operator time")
@@ -77,4 +80,4 @@ def aicpu_sections(profile: Any) -> list[Section]:
                  "launching device work (CUDA jobs)")
     return [Section(f"AI CPU: top {TOP} top-level operators by total time",
                     ["device", "operator", "calls", "total (ms)", "mean (us)", "compute %", "memcpy %",
-                     "dispatch %"], rows, notes)]
+                     "dispatch %"], rows, notes, key="aicpu", findings=findings)]

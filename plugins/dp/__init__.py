@@ -17,7 +17,7 @@ from typing import Any
 
 from jobprof.hookspec import hookimpl
 from jobprof.plugins.dp.loader import LoaderCollector
-from jobprof.plugins.dp.report import dp_sections
+from jobprof.plugins.dp.report import dp_sections, wait_spans
 from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
 from jobprof.types import WriterSpec
 
@@ -83,3 +83,8 @@ def jobprof_timeline(ctx: Any, timeline: Any) -> None:
 @hookimpl
 def jobprof_report_sections(profile: Any) -> list:
     return dp_sections(profile)
+
+
+@hookimpl
+def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
+    return wait_spans(streams)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
-from jobprof.types import Section
+from jobprof.breakdown import DATA_WAIT
+from jobprof.plugins.dp.writer import STREAM
+from jobprof.types import Finding, Section
 
 #: share of iteration time spent waiting above which a loop is called data-bound
 DATA_BOUND_SHARE = 0.10
@@ -17,7 +20,7 @@ def _ms(values: list[int]) -> str:
 
 
 def dp_sections(profile: Any) -> list[Section]:
-    rows, notes = [], []
+    rows, notes, findings = [], [], []
     for device in profile.devices:
         windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
         waited: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # loader, iteration
@@ -72,11 +75,26 @@ def dp_sections(profile: Any) -> list[Section]:
                            "the wait is the hand-over from the worker processes (unpickling, "
                            "shared-memory tensors), not their production; fewer, larger tensors "
                            "per batch help more than more workers")
-                notes.append(f"device {device} loader{loader}: data-bound, the loop waited for the "
-                             f"DataLoader in {100 * share:.0f}% of iteration time (over "
-                             f"{len(kept)} iterations, each worker's first batch left out); {why}")
+                who = f"rank {profile.rank(device)} " if len(profile.devices) > 1 else ""
+                findings.append(Finding(
+                    "data_bound", f"data-bound: {who}loader{loader} ({about.get('dataset', '?')}): the loop "
+                    f"waited for the DataLoader in {100 * share:.0f}% of iteration time (over {len(kept)} "
+                    f"iterations, each worker's first batch left out); {why}",
+                    {"rank": profile.rank(device), "loader": loader, "share": share,
+                     "iterations": len(kept), "workers": about.get("workers"),
+                     "buffered_median": None if buffered == "N/A" else float(buffered)},
+                    weight=3 if share >= 3 * DATA_BOUND_SHARE else 2))
     if not rows:
         return []
     return [Section("DataLoader (median per batch, ms)",
                     ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter",
-                     "fetch", "collate", "buffered at request", "verdict"], rows, notes)]
+                     "fetch", "collate", "buffered at request", "verdict"], rows, notes,
+                    key="dataloader", findings=findings)]
+
+
+def wait_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
+    """The loop's waits in ``next()`` (an iteration with dp on but no wait reports none)."""
+    if STREAM not in streams:
+        return None
+    return {DATA_WAIT: [(r["t0"], r["t1"]) for r in streams[STREAM]
+                        if isinstance(r, dict) and r.get("k") == "next" and r.get("t1") is not None]}

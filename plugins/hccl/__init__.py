@@ -18,7 +18,7 @@ from typing import Any
 
 from jobprof.hookspec import hookimpl
 from jobprof.plugins.hccl.capture import Capture
-from jobprof.plugins.hccl.report import communication_sections
+from jobprof.plugins.hccl.report import communication_sections, communication_spans
 from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
 from jobprof.types import WriterSpec
 
@@ -87,3 +87,8 @@ def jobprof_timeline(ctx: Any, timeline: Any) -> None:
 @hookimpl
 def jobprof_report_sections(profile: Any) -> list:
     return communication_sections(profile)
+
+
+@hookimpl
+def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
+    return communication_spans(streams)

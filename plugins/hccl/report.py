@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
+from jobprof.breakdown import COMMUNICATION, COMMUNICATION_BLOCKING
 from jobprof.plugins.hccl.collectives import bandwidths
 from jobprof.plugins.hccl.writer import STREAM
 from jobprof.types import NA, Section
@@ -43,4 +45,21 @@ def communication_sections(profile: Any) -> list[Section]:
              "has the formulas); the time includes waiting for the slowest rank"]
     return [Section("Communication (hccl): top collectives by total time",
                     ["device", "op", "group", "ranks", "count", "total ms", "mean ms", "mean MB",
-                     "algbw GB/s", "busbw GB/s", "failed"], rows, notes)]
+                     "algbw GB/s", "busbw GB/s", "failed"], rows, notes, key="communication")]
+
+
+def communication_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
+    """Every collective's span, and those the loop is known to have waited for: synchronous
+    calls in full, and for DDP's buckets the stretch from the last bucket's launch (the backward
+    pass has no compute left then) to the last bucket's end."""
+    records = [r for r in streams.get(STREAM, ()) if isinstance(r, dict) and not r.get("duration_unknown")
+               and r.get("start_ns") is not None and r.get("end_ns") is not None]
+    if STREAM not in streams:
+        return None
+    blocking = [(r["start_ns"], r["end_ns"]) for r in records
+                if not r.get("async") and not r.get("in_backward")]
+    buckets = [r for r in records if r.get("in_backward")]
+    if buckets:
+        blocking.append((max(r["start_ns"] for r in buckets), max(r["end_ns"] for r in buckets)))
+    return {COMMUNICATION: [(r["start_ns"], r["end_ns"]) for r in records],
+            COMMUNICATION_BLOCKING: blocking}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof import rawstore
 from jobprof.opcapture import EXTRA, KIND
 from jobprof.opcapture import STREAM as OPS_STREAM
 from jobprof.plugins.l2.join import CACHE_SOURCES, R_VALUES, cupti_hit_rate, hit_rate, ratio_cell
@@ -40,14 +39,15 @@ def l2_sections(profile: Any) -> list[Section]:
         return []
     notes.append("hit rate: counters: hits / accesses summed over every measured operator; CUPTI: the "
                  "mean of the kernels' rates; Victim Rate is N/A (no source counts evictions)")
-    return [Section("L2 cache", ["device", "source", "operators measured", "hit rate"], rows, notes)]
+    return [Section("L2 cache", ["device", "source", "operators measured", "hit rate"], rows, notes,
+                    key="l2_cache")]
 
 
 def _measure(profile: Any, device: int, source: str) -> tuple[int, str]:
     """(operators or kernels with a value, overall hit rate cell)."""
     measured = accesses = misses = 0
     rates: list[float] = []
-    for _, streams in rawstore.read(profile.path / f"device_{device}"):
+    for _, streams in profile.streams(device):
         if source == "CUPTI":
             for r in streams.get(OPS_STREAM, ()):
                 if r[KIND] == "kernel":

@@ -33,4 +33,4 @@ def marker_sections(profile: Any) -> list[Section]:
         notes.append(f"{len(ranked) - TOP} more range name(s) in the msprof_tx files")
     notes.append("nested ranges are counted in full in each level, so totals may exceed the run")
     return [Section("Markers (msproftx): top ranges by total time",
-                    ["message", "domain", "count", "total ms", "mean ms"], rows, notes)]
+                    ["message", "domain", "count", "total ms", "mean ms"], rows, notes, key="markers")]

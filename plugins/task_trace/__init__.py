@@ -52,7 +52,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobprof.hookspec import hookimpl
-from jobprof.plugins.task_trace.report import top_sections
+from jobprof.plugins.task_trace.report import compute_spans, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
 from jobprof.plugins.task_trace.trace import add_to_master, render_task_time_json
 from jobprof.types import WriterSpec
@@ -103,3 +103,8 @@ def jobprof_timeline(ctx: Any, timeline: Any) -> None:
 @hookimpl
 def jobprof_report_sections(profile: Any) -> list:
     return top_sections(profile)
+
+
+@hookimpl
+def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
+    return compute_spans(streams)

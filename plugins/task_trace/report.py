@@ -8,19 +8,27 @@ few small CSV reads however many operators ran.  Iterations whose files were not
 from __future__ import annotations
 
 import csv
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobprof.types import Section
+from jobprof import optree
+from jobprof.breakdown import COMPUTE
+from jobprof.opcapture import STREAM as OPS_STREAM
+from jobprof.types import Finding, Section
 
 TOP = 15
+#: a finding names the operator types holding this share of compute time ...
+CONCENTRATION = 0.8
+#: ... when there are at most this many of them
+CONCENTRATION_TYPES = 5
 
 
-def _groups(summary: Path) -> tuple[dict[tuple[str, str], list[float]], int]:
-    """{(OP Type, Core Type): [count, total µs]} over every op_statistic file, and the file count."""
+def _groups(paths: list[Path]) -> tuple[dict[tuple[str, str], list[float]], int]:
+    """{(OP Type, Core Type): [count, total µs]} over the op_statistic files, and the file count."""
     groups: dict[tuple[str, str], list[float]] = {}
     files = 0
-    for path in sorted(summary.glob("op_statistic_*.csv")):
+    for path in paths:
         try:
             with open(path, newline="") as handle:
                 rows = list(csv.DictReader(handle))
@@ -38,10 +46,33 @@ def _groups(summary: Path) -> tuple[dict[tuple[str, str], list[float]], int]:
     return groups, files
 
 
+def _concentration(profile: Any, device: int, ranked: list, grand: float) -> Finding | None:
+    """"80% of task time in 3 operator types": where optimisation effort pays, if few types."""
+    compute = [(op, total) for (op, core), (_, total) in ranked if core != "COMMUNICATION"]
+    busy = sum(total for _, total in compute)
+    if not busy:
+        return None
+    running, names = 0.0, []
+    for op, total in compute:
+        running += total
+        names.append(op)
+        if running >= CONCENTRATION * busy:
+            break
+    if len(names) > CONCENTRATION_TYPES:
+        return None
+    who = f"rank {profile.rank(device)}: " if len(profile.devices) > 1 else ""
+    return Finding("operator_concentration",
+                   f"{who}{100 * running / busy:.0f}% of compute task time is in {len(names)} operator "
+                   f"type(s) ({', '.join(names)}) of {len(compute)}: speeding those up is what moves "
+                   "the iteration time",
+                   {"rank": profile.rank(device), "share": running / busy, "types": names,
+                    "type_count": len(compute), "total_ms": busy / 1000}, weight=1)
+
+
 def top_sections(profile: Any) -> list[Section]:
-    rows, notes = [], []
+    rows, notes, findings = [], [], []
     for device in profile.devices:
-        groups, files = _groups(Path(profile.path) / f"device_{device}" / "summary")
+        groups, files = _groups(profile.summary_files(device, "op_statistic"))
         if not groups:
             continue
         grand = sum(g[1] for g in groups.values())
@@ -53,11 +84,23 @@ def top_sections(profile: Any) -> list[Section]:
         if files < iterations:
             notes.append(f"device {device}: {iterations - files} of {iterations} iterations have no "
                          "op_statistic file yet (run `jobprof export`)")
+        finding = _concentration(profile, device, ranked, grand)
+        if finding is not None:
+            findings.append(finding)
         if len(ranked) > TOP and grand:
             notes.append(f"device {device}: {len(ranked) - TOP} more operator types, "
                          f"{100 * sum(g[1] for _, g in ranked[TOP:]) / grand:.1f}% of task time")
     if not rows:
         return []
-    return [Section(f"Top operators (top {TOP} per device, all iterations)",
+    return [Section(f"Top operators (top {TOP} per device)",
                     ["device", "OP Type", "Core Type", "count", "total ms", "mean µs", "% of task time"],
-                    rows, notes)]
+                    rows, notes, key="top_operators", findings=findings)]
+
+
+def compute_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
+    """The spans of every task that is not communication: Overlap Analysis's ``Computing``."""
+    records = streams.get(OPS_STREAM)
+    if not records:
+        return None
+    view = optree.OpView(records)
+    return {COMPUTE: [(t.start, t.start + t.dur) for t in view.tasks if t.core_type != optree.COMMUNICATION]}

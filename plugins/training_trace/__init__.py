@@ -12,7 +12,7 @@ from typing import Any
 
 from jobprof.hookspec import hookimpl
 from jobprof.plugins.training_trace.points import PointCollector
-from jobprof.plugins.training_trace.report import step_sections
+from jobprof.plugins.training_trace.report import phase_spans
 from jobprof.plugins.training_trace.writer import add_to_master, render_csv, render_json
 from jobprof.types import WriterSpec
 
@@ -74,5 +74,5 @@ def jobprof_timeline(ctx: Any, timeline: Any) -> None:
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
-    return step_sections(profile)
+def jobprof_iteration_spans(iteration: Any, streams: Any) -> dict[str, list] | None:
+    return phase_spans(iteration, streams)

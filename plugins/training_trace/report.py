@@ -1,40 +1,28 @@
-"""The step-trace section of ``jobprof summary``: iteration-time breakdown per device."""
+"""What the step trace tells ``jobprof summary``: the phases of each iteration.
+
+The per-rank iteration table itself is the core's (``jobprof.summary``), painted from these spans.
+"""
 
 from __future__ import annotations
 
-import statistics
+from collections.abc import Mapping
 from typing import Any
 
-from jobprof.types import Section
+from jobprof.breakdown import FORWARD_BACKWARD, REFRESH
+from jobprof.types import Iteration
+
+STREAM = "training_trace"
 
 
-def _ms(values: list[float]) -> str:
-    return f"{statistics.median(values) / 1e6:.3f}" if values else "N/A"
-
-
-def step_sections(profile: Any) -> list[Section]:
-    rows = []
-    for device in profile.devices:
-        its = {it.index: it for it in profile.iterations(device)}
-        if not its:
-            continue
-        points = {r["_iteration"]: r for r in profile.records("training_trace", device)}
-        times, fpbp, refresh, bound = [], [], [], []
-        for index, it in its.items():
-            times.append(it.end_ns - it.start_ns)
-            rec = points.get(index, {})
-            fp, bp = rec.get("fp_start", it.fp_start_ns), rec.get("bp_end", it.bp_end_ns)
-            if fp is not None and bp is not None:
-                fpbp.append(bp - fp)
-            if bp is not None:
-                refresh.append(it.end_ns - bp)
-            if index > 1 and fp is not None:
-                bound.append(fp - it.start_ns)
-        method = profile.info(device).get("jobprof", {}).get("iteration_method") or "N/A"
-        rows.append([device, len(its), method, _ms(times), _ms(fpbp), _ms(refresh), _ms(bound),
-                     "yes" if profile.finished(device) else "no (killed?)"])
-    if not rows:
-        return []
-    return [Section("Step trace (median per iteration, ms)",
-                    ["device", "iterations", "found by", "iteration", "FP to BP", "refresh",
-                     "data aug bound", "finished"], rows)]
+def phase_spans(iteration: Iteration, streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
+    """FP Start .. BP End and BP End .. the iteration's end, with marked points preferred."""
+    if STREAM not in streams:
+        return None
+    rec = streams[STREAM][0] if streams[STREAM] else {}
+    fp, bp = rec.get("fp_start", iteration.fp_start_ns), rec.get("bp_end", iteration.bp_end_ns)
+    out: dict[str, list] = {}
+    if fp is not None and bp is not None and bp >= fp:
+        out[FORWARD_BACKWARD] = [(fp, bp)]
+    if bp is not None:
+        out[REFRESH] = [(bp, iteration.end_ns)]
+    return out

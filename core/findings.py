@@ -1,0 +1,155 @@
+"""The core's findings (from the iteration breakdown and the cross-rank comparison) and what a
+profile is missing.  Plugins add their own findings to their report sections; :func:`rank`
+orders all of them, most important first, which is the order they are numbered in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from jobprof.breakdown import LABELS
+from jobprof.profile import Profile
+from jobprof.types import Finding, Section
+
+#: a part of the iteration worth a finding once its share of the run reaches this
+PART_SHARE = {"communication_not_overlapped": 0.15, "free": 0.20, "refresh": 0.30}
+#: a rank is a straggler when slower than the ranks' median by this much ...
+STRAGGLER_EXCESS = 0.10
+#: ... in at least this share of the iterations compared
+STRAGGLER_SHARE = 0.5
+#: the first iteration is called warm-up when it takes this many medians
+WARMUP_FACTOR = 3.0
+#: iteration times vary when p95 exceeds the median by this factor
+JITTER_FACTOR = 1.5
+
+_ADVICE = {
+    "communication_not_overlapped": "collectives the loop waited for with nothing computing; larger "
+    "DDP buckets, fewer/larger collectives, or overlapping them with compute would help",
+    "free": "time outside forward/backward and the optimizer step (host work between steps: logging, "
+    ".item() syncs, checkpointing, zero_grad)",
+    "refresh": "the optimizer step; a fused/foreach optimizer or fewer parameter groups would help",
+}
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def _parts(model: dict[str, Any]) -> list[Finding]:
+    out = []
+    for part, threshold in PART_SHARE.items():
+        hit = [(r["share"][part], r) for r in model["ranks"] if (r["share"].get(part) or 0) >= threshold]
+        if not hit:
+            continue
+        share, worst = max(hit, key=lambda sr: sr[0])
+        mean = worst["breakdown_ms"][part]["mean"]
+        iteration = worst["breakdown_ms"]["iteration"]["mean"]
+        ranks = sorted(r["rank"] for _, r in hit)
+        where = f"rank {worst['rank']}" if len(model["ranks"]) > 1 else "the run"
+        also = f" (over {threshold:.0%} on ranks {', '.join(map(str, ranks))})" if len(ranks) > 1 else ""
+        out.append(Finding(
+            part, f"{LABELS[part]}: {_pct(share)} of iteration time on {where} (mean {mean:.3f} ms of "
+            f"{iteration:.3f} ms){also}: {_ADVICE[part]}",
+            {"rank": worst["rank"], "share": share, "mean_ms": mean, "iteration_mean_ms": iteration,
+             "ranks": ranks}, weight=3 if share >= 2 * threshold else 2))
+    return out
+
+
+def _straggler(model: dict[str, Any]) -> list[Finding]:
+    cross = model.get("cross_rank")
+    if not cross:
+        return []
+    out = []
+    n = cross["iterations_compared"]
+    for rank_key in cross["slowest_count"]:
+        limit = 1 + STRAGGLER_EXCESS
+        slower = sum(1 for e in cross["per_iteration"]
+                     if e["median_ms"] > 0 and e["per_rank_ms"][rank_key] > e["median_ms"] * limit)
+        excess = cross["median_excess"][rank_key]
+        if n and slower / n >= STRAGGLER_SHARE and excess is not None:
+            what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
+            out.append(Finding(
+                "straggler", f"rank {rank_key} is {_pct(excess)} slower than the ranks' median "
+                f"({what}, median over iterations) and over {STRAGGLER_EXCESS:.0%} slower in {slower} of {n} "
+                "iterations; the other ranks wait for it in collectives",
+                {"rank": int(rank_key), "median_excess": excess, "iterations_slower": slower,
+                 "iterations_compared": n, "measure": cross["measure"]}, weight=3))
+    return out
+
+
+def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
+    out = []
+    for r in model["ranks"]:
+        if r["iterations"]["count"] < 4:
+            continue
+        stats = r["breakdown_ms"]["iteration"]
+        first = next((row for row in model["iterations"] if row["rank"] == r["rank"]), None)
+        who = f"rank {r['rank']}: " if len(model["ranks"]) > 1 else ""
+        if first and first["iteration"] == 1 and first["iteration_ms"] > WARMUP_FACTOR * stats["median"]:
+            out.append(Finding(
+                "warmup", f"{who}iteration 1 took {first['iteration_ms']:.3f} ms, "
+                f"{first['iteration_ms'] / stats['median']:.1f} times the median ({stats['median']:.3f} ms): "
+                "warm-up (first allocations, DataLoader start-up, lazy init); "
+                "`--iterations 2-` leaves it out",
+                {"rank": r["rank"], "iteration_ms": first["iteration_ms"], "median_ms": stats["median"]}))
+        elif stats["p95"] > JITTER_FACTOR * stats["median"]:
+            out.append(Finding(
+                "jitter", f"{who}iteration time varies: p95 {stats['p95']:.3f} ms against a median of "
+                f"{stats['median']:.3f} ms; the worst, iteration {stats['worst_iteration']}, took "
+                f"{stats['worst']:.3f} ms",
+                {"rank": r["rank"], "p95_ms": stats["p95"], "median_ms": stats["median"],
+                 "worst_ms": stats["worst"], "worst_iteration": stats["worst_iteration"]}))
+    return out
+
+
+def core(model: dict[str, Any]) -> list[Finding]:
+    """Findings from the breakdown and the cross-rank comparison."""
+    found = _parts(model) + _straggler(model) + _iteration_shape(model)
+    unfinished = [r["rank"] for r in model["ranks"] if not r["finished"]]
+    if unfinished:
+        found.append(Finding(
+            "unfinished", f"rank(s) {', '.join(map(str, unfinished))} did not finish (no end_info: "
+            "killed or crashed); their data ends at iteration "
+            + ", ".join(str(r["iterations"]["last"]) for r in model["ranks"] if not r["finished"]),
+            {"ranks": unfinished}, weight=2))
+    return found
+
+
+def rank(own: Iterable[Finding], sections: Iterable[Section]) -> list[Finding]:
+    """Every finding, heaviest first (stable within a weight: the core's, then by section)."""
+    every = list(own) + [f for s in sections for f in s.findings]
+    return sorted(every, key=lambda f: -f.weight)
+
+
+def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
+    """What a reader should know is not in this profile (or not in the selection)."""
+    notes = []
+    world = next((r["world_size"] for r in model["ranks"] if isinstance(r.get("world_size"), int)), None)
+    seen = {profile.rank(d) for d in profile.all_devices} if profile.all_devices else set()
+    if world and len(seen) < world:
+        absent = sorted(set(range(world)) - seen)
+        notes.append(f"world size {world} but {len(seen)} rank folder(s): no data for rank(s) "
+                     f"{', '.join(map(str, absent))} (not profiled, or on another host's output)")
+    if profile.selection.ranks is not None:
+        unknown = sorted(profile.selection.ranks - seen)
+        if unknown:
+            notes.append(f"--rank {', '.join(map(str, unknown))}: no such rank in this profile "
+                         f"(ranks: {', '.join(map(str, sorted(seen)))})")
+    for r in model["ranks"]:
+        its = r["iterations"]
+        if its["count"] == 0:
+            notes.append(f"rank {r['rank']}: no iteration in the selection" if profile.selection.iterations
+                         else f"rank {r['rank']}: no iteration was recorded")
+        if not r["finished"]:
+            notes.append(f"rank {r['rank']}: no end_info (the job did not finish); "
+                         f"iterations up to {its['last']} were saved")
+        if its["gaps"]:
+            notes.append(f"rank {r['rank']}: no raw data for iteration(s) {', '.join(its['gaps'])} "
+                         "(aged out by storage_limit, or lost in a crash)")
+        for part in ("data_wait", "communication_not_overlapped"):
+            if its["count"] and r["share"].get(part) is None:
+                source = {"data_wait": "dp", "communication_not_overlapped": "hccl"}[part]
+                notes.append(f"rank {r['rank']}: {LABELS[part]} is N/A ({source} was off); that time "
+                             "is counted in the phase it fell in")
+    return notes
