@@ -1,0 +1,52 @@
+"""``jobprof merge``: one Chrome-trace timeline of every rank, on one time axis."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jobprof.merge import ALIGNS, MergeError, merge, parse_iterations
+from jobprof.profile import find_prof_dir
+from jobprof.progress import progress
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "merge", help="merge every rank's master timelines into one Chrome-trace file (one process "
+                      "group per rank, one time axis)")
+    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+    p.add_argument("-o", "--output", type=Path, default=None,
+                   help="the merged file (default: merged.json in the PROF_ directory)")
+    p.add_argument("--align", choices=ALIGNS, default="clock",
+                   help="clock: each process's clock anchor (right for ranks on one host); collectives: "
+                        "per-rank offsets estimated from collectives every rank ran (ranks on several "
+                        "hosts; needs hccl on)")
+    p.add_argument("--iterations", metavar="A-B", default=None, help="only iterations A to B (or N)")
+    p.add_argument("--rank", metavar="R", action="append", default=None,
+                   help="only rank R (info.json rank_id, else the device id); repeat or R1,R2 for several")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    prof = find_prof_dir(args.prof_dir)
+    try:
+        iterations = parse_iterations(args.iterations) if args.iterations else None
+        ranks = [int(r) for text in args.rank or () for r in text.split(",") if r.strip()]
+    except ValueError as exc:
+        print(f"jobprof: error: {exc if 'iterations' in str(exc) else f'--rank: {exc}'}", file=sys.stderr)
+        return 2
+    out = args.output or prof / "merged.json"
+    try:
+        result = merge(prof, out, how=args.align, ranks=ranks, iterations=iterations,
+                       progress=lambda todo, n: progress(todo, total=n, desc="merge", unit="file"))
+    except MergeError as exc:
+        print(f"jobprof: error: {exc}", file=sys.stderr)
+        return 1
+    for note in result.notes:
+        print(f"jobprof: {note}", file=sys.stderr)
+    per_rank = ", ".join(f"rank {rank}: {info['events']} events (offset {info['offset_us']:+.1f} us)"
+                         for rank, info in result.ranks.items())
+    print(f"{out}: {result.files} file(s), aligned by {result.alignment.clock}; {per_rank}")
+    return 0
+

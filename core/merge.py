@@ -1,0 +1,423 @@
+"""``jobprof merge``: every rank's master timelines on one time axis, in one Chrome-trace file.
+
+Each device folder holds per-iteration timelines whose ``ts`` are epoch µs, converted with that
+process's own clock anchor (``start_info``: the wall clock and the monotonic clock read at one
+instant).  Processes on one host read the same wall clock, so their files already share an
+axis; ranks on different hosts are only as close as NTP keeps their clocks, which
+``--align collectives`` corrects from the collectives every rank took part in.
+
+The output is written as a stream (one input file loaded, rewritten, dumped and freed at a time)
+to a temporary file renamed into place at the end.  :class:`TraceWriter` and :class:`Rewriter`
+are shared with the CANN 8 layout (``jobprof.cann8``), which stitches timelines the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from jobprof.export import device_dirs
+from jobprof.profdir import DEVICE_RE
+
+#: per-iteration timeline file: ``<name>_<device>_<model>_<iteration>.json``
+TIMELINE_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*?)_(?P<device>\d+)_(?P<model>\d+)_(?P<iter>\d+)\.json$")
+#: the master timeline's writer name (``jobprof.timeline.NAME``)
+MASTER = "msprof"
+#: new pids are ``group * PID_BLOCK + n``: a block of pids per rank (a file has at most 100)
+PID_BLOCK = 1000
+#: point-to-point operations pair up differently on each side: not used to align clocks
+_P2P = {"send", "recv", "isend", "irecv"}
+ALIGNS = ("clock", "collectives")
+
+
+class MergeError(Exception):
+    """Nothing to merge (no rank or iteration matches), or unreadable input: the message says which."""
+
+
+@attrs.frozen
+class RankSource:
+    """One device folder of the profile: who it is, and its timeline files by iteration."""
+
+    device: int
+    rank: int
+    #: where ``rank`` came from: ``rank_id`` of info.json, or the device id when it has none
+    rank_from: str
+    hostname: str
+    path: Path
+    finished: bool
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank}" if self.rank_from == "rank_id" else f"device {self.device}"
+
+
+def read_sources(prof: Path) -> list[RankSource]:
+    """Every device folder of ``prof`` with its rank (info.json ``rank_id``, else the device id),
+    ordered by rank then device."""
+    sources = []
+    for path in device_dirs(prof):
+        device = int(DEVICE_RE.match(path.name).group(1))
+        info_path = path / f"info.json.{device}"
+        try:
+            info = json.loads(info_path.read_text())
+        except FileNotFoundError:
+            info = {}
+        except ValueError as exc:
+            raise MergeError(f"{info_path}: not valid JSON ({exc})") from exc
+        rank = info.get("rank_id")
+        has_rank = isinstance(rank, int) and not isinstance(rank, bool)
+        sources.append(RankSource(device, rank if has_rank else device,
+                                  "rank_id" if has_rank else "device id",
+                                  str(info.get("hostname", "N/A")), path,
+                                  (path / f"end_info.{device}").exists()))
+    return sorted(sources, key=lambda s: (s.rank, s.device))
+
+
+def timeline_files(device_dir: Path, name: str = MASTER) -> list[tuple[int, int, Path]]:
+    """``(iteration, model, path)`` of every ``<name>_*`` timeline of a device, in iteration order."""
+    found = []
+    for path in (device_dir / "timeline").glob(f"{name}_*.json"):
+        m = TIMELINE_RE.match(path.name)
+        if m and m["name"] == name:
+            found.append((int(m["iter"]), int(m["model"]), path))
+    return sorted(found)
+
+
+_INDEX_RE = re.compile(rb'^\{"index":(\d+),')
+
+
+def raw_iterations(device_dir: Path) -> set[int]:
+    """Iterations whose raw line is on disk, read from each line's prefix without decoding it
+    (rawstore writes ``{"index":N,...}``); a torn line (no newline) is left out as readers do."""
+    from jobprof import rawstore
+
+    found = set()
+    for segment in rawstore.segments(device_dir):
+        with open(segment, "rb") as handle:
+            for line in handle:
+                m = _INDEX_RE.match(line)
+                if m and line.endswith(b"}\n"):
+                    found.add(int(m.group(1)))
+    return found
+
+
+def ranges(numbers: Iterable[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(numbers):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(out)
+
+
+def parse_iterations(text: str) -> tuple[int, int]:
+    """``"A-B"`` or ``"N"`` -> inclusive (first, last)."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if not m:
+        raise ValueError(f"--iterations: expected A-B or N, got {text!r}")
+    first, last = int(m[1]), int(m[2] or m[1])
+    if last < first:
+        raise ValueError(f"--iterations: {first}-{last} is empty (the range is inclusive: A <= B)")
+    return first, last
+
+
+class Rewriter:
+    """Rewrites the events of one source (a rank, or a device) into the merged file's space.
+
+    Processes are matched by name across that source's files (each per-iteration file numbers
+    them by first use, so one name may have different pids in two files) and get pids
+    ``group * PID_BLOCK + n``; flow ids are renumbered from a counter shared by every source,
+    since each file starts its own at 0; ``ts`` moves by the source's clock offset.
+    """
+
+    def __init__(self, group: int, flow_ids: Iterator[int], offset_us: float = 0.0,
+                 rename: Callable[[str], str] | None = None) -> None:
+        self.group = group
+        self.offset_us = offset_us
+        self._rename = rename
+        self._flow_ids = flow_ids
+        self._pids: dict[str, int] = {}
+
+    @property
+    def pids(self) -> list[int]:
+        return sorted(self._pids.values())
+
+    def _new_pid(self, key: str) -> int:
+        pid = self._pids.get(key)
+        if pid is None:
+            if len(self._pids) >= PID_BLOCK - 1:
+                raise MergeError(f"more than {PID_BLOCK - 1} processes in group {self.group}")
+            pid = self._pids[key] = self.group * PID_BLOCK + len(self._pids) + 1
+        return pid
+
+    def rewrite(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``events`` (one file's) rewritten in place; returns the same list."""
+        names = {e["pid"]: str(e.get("args", {}).get("name")) for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+        pids = {old: self._new_pid(f"name:{name}") for old, name in names.items()}
+        flows: dict[tuple[Any, Any], int] = {}
+        offset = self.offset_us
+        for e in events:
+            old = e.get("pid")
+            if old is not None:
+                pid = pids.get(old)
+                if pid is None:  # a process without a name: matched by its pid alone
+                    pid = pids[old] = self._new_pid(f"pid:{old}")
+                e["pid"] = pid
+            if e.get("ph") == "M":
+                self._metadata(e)
+                continue
+            if offset and "ts" in e:
+                ts = e["ts"]
+                e["ts"] = f"{float(ts) + offset:.3f}" if isinstance(ts, str) else ts + offset
+            if "id" in e and e.get("ph") in ("s", "t", "f"):
+                key = (e.get("cat"), e["id"])
+                new = flows.get(key)
+                if new is None:
+                    new = flows[key] = next(self._flow_ids)
+                e["id"] = new
+        return events
+
+    def _metadata(self, e: dict[str, Any]) -> None:
+        args = e.get("args")
+        if not isinstance(args, dict):
+            return
+        if e["name"] == "process_name" and self._rename is not None:
+            e["args"] = {**args, "name": self._rename(str(args.get("name")))}
+        elif e["name"] == "process_sort_index" and isinstance(args.get("sort_index"), int):
+            # rank 0's processes first, then rank 1's, each rank in its own order
+            e["args"] = {**args, "sort_index": self.group * PID_BLOCK + args["sort_index"]}
+
+
+class TraceWriter:
+    """A Chrome-trace file written as a stream, renamed into place by :meth:`close`.
+
+    ``wrapped``: the JSON object form (``{"traceEvents": [...], "displayTimeUnit": "ms",
+    "metadata": {...}}``) that viewers read with its metadata; else a bare JSON array, the form
+    of msprof's own timeline files."""
+
+    def __init__(self, path: Path, wrapped: bool = True) -> None:
+        self.path = path
+        self.wrapped = wrapped
+        self.events = 0
+        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed by close/abort)
+        self._handle.write('{"traceEvents":[\n' if wrapped else "[\n")
+
+    def write(self, events: Sequence[dict[str, Any]]) -> None:
+        """Append events (one file's at a time: dumped as one string, then freed by the caller)."""
+        if not events:
+            return
+        text = json.dumps(events, separators=(",", ":"))[1:-1]
+        self._handle.write((",\n" if self.events else "") + text)
+        self.events += len(events)
+
+    def close(self, metadata: dict[str, Any] | None = None) -> Path:
+        tail = "\n]"
+        if self.wrapped:
+            tail += ',"displayTimeUnit":"ms","metadata":' + json.dumps(metadata or {}) + "}"
+        self._handle.write(tail + "\n")
+        self._handle.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self._handle.close()
+        try:
+            self._tmp.unlink()
+        except OSError:
+            pass
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, kind: Any, *_: Any) -> None:
+        if kind is not None:
+            self.abort()
+
+
+def load_events(path: Path) -> list[dict[str, Any]]:
+    """One timeline file's events (a JSON array, or an object with ``traceEvents``)."""
+    try:
+        data = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise MergeError(f"{path}: not valid JSON ({exc}); re-render it with `jobprof export`") from exc
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list):
+        raise MergeError(f"{path}: not a Chrome-trace event array")
+    return data
+
+
+# --- clock alignment -------------------------------------------------------------------------
+
+@attrs.frozen
+class Alignment:
+    """Per-source offsets (µs, added to every ts) and how they were found."""
+
+    clock: str
+    offsets: dict[int, float]
+    #: per device: collectives matched with the reference rank, and the spread of the estimate
+    detail: dict[int, dict[str, Any]] = attrs.field(factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+def collective_ends(device_dir: Path) -> dict[tuple[str, int, str], float]:
+    """``{(group, seq, op): end µs}`` of every collective in a device's hccl timelines."""
+    ends: dict[tuple[str, int, str], float] = {}
+    for _, _, path in timeline_files(device_dir, "hccl"):
+        for e in load_events(path):
+            args = e.get("args") or {}
+            if e.get("ph") != "X" or e.get("name") in _P2P or "seq" not in args:
+                continue
+            ends[(str(args.get("group")), int(args["seq"]), str(e["name"]))] = float(e["ts"]) + e["dur"]
+    return ends
+
+
+def align(sources: Sequence[RankSource], how: str) -> Alignment:
+    """Offsets per device: zero with ``clock``; with ``collectives``, minus the median of how much
+    later each collective ends on that rank than on the lowest rank (a collective completes on
+    every rank at nearly the same instant, whatever each host's clock says)."""
+    zero = {s.device: 0.0 for s in sources}
+    hosts = sorted({s.hostname for s in sources})
+    if how == "clock":
+        notes = () if len(hosts) <= 1 else (
+            f"ranks ran on {len(hosts)} hosts ({', '.join(hosts)}): their clocks agree only as well as NTP "
+            "keeps them; `--align collectives` estimates the offsets from the collectives",)
+        return Alignment("clock", zero, {}, notes)
+    if len(sources) < 2:
+        return Alignment("clock", zero, {}, ("--align collectives needs two ranks or more: used the clock",))
+    ref, *others = sources
+    ref_ends = collective_ends(ref.path)
+    if not ref_ends:
+        return Alignment("clock", zero, {}, (
+            f"--align collectives: {ref.label} has no hccl timeline (profile with \"hccl\": \"on\", then "
+            "`jobprof export`): aligned by the clock instead",))
+    offsets = {ref.device: 0.0}
+    detail: dict[int, dict[str, Any]] = {ref.device: {"matched": len(ref_ends), "reference": True}}
+    for source in others:
+        ends = collective_ends(source.path)
+        diffs = [ends[k] - ref_ends[k] for k in ends.keys() & ref_ends.keys()]
+        if not diffs:
+            return Alignment("clock", zero, {}, (
+                f"--align collectives: {source.label} shares no collective (group, seq) with {ref.label} "
+                "(no hccl timeline, or different groups): aligned by the clock instead",))
+        median = statistics.median(diffs)
+        spread = statistics.median(abs(d - median) for d in diffs)
+        offsets[source.device] = -median
+        detail[source.device] = {"matched": len(diffs), "median_abs_deviation_us": round(spread, 3)}
+    return Alignment("collectives", offsets, detail, ())
+
+
+# --- merge -----------------------------------------------------------------------------------
+
+@attrs.frozen
+class MergeResult:
+    path: Path
+    events: dict[int, int]
+    files: int
+    alignment: Alignment
+    notes: tuple[str, ...]
+    #: the metadata written per rank (device, host, offset, iterations, events, pids)
+    ranks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+
+
+def select(sources: Sequence[RankSource], ranks: Sequence[int] | None) -> list[RankSource]:
+    if not ranks:
+        return list(sources)
+    chosen = [s for s in sources if s.rank in set(ranks)]
+    if not chosen:
+        have = ", ".join(f"{s.rank} ({s.path.name})" for s in sources) or "none"
+        raise MergeError(f"no rank {', '.join(map(str, ranks))} in this profile (ranks: {have})")
+    return chosen
+
+
+def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | None = None,
+          iterations: tuple[int, int] | None = None,
+          progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None) -> MergeResult:
+    """Write every selected rank's master timelines of the selected iterations to ``out``."""
+    sources = select(read_sources(prof), ranks)
+    if not sources:
+        raise MergeError(f"{prof} has no device_<id> folders")
+    notes: list[str] = []
+    plan: list[tuple[RankSource, list[Path]]] = []
+    for source in sources:
+        files = timeline_files(source.path)
+        if iterations:
+            files = [f for f in files if iterations[0] <= f[0] <= iterations[1]]
+        rendered = {i for i, _, _ in files}
+        stored = raw_iterations(source.path)
+        if iterations:
+            stored = {i for i in stored if iterations[0] <= i <= iterations[1]}
+        if missing := stored - rendered:
+            notes.append(f"{source.label}: iterations {ranges(missing)} have raw data but no timeline file: "
+                         f"run `jobprof export {prof}`")
+        if not files:
+            window = f" in iterations {iterations[0]}-{iterations[1]}" if iterations else ""
+            notes.append(f"{source.label}: no master timeline (msprof_*.json){window}: left out")
+        elif not source.finished:
+            notes.append(f"{source.label}: no end_info (the process did not finish): merged iterations "
+                         f"{ranges(rendered)}")
+        plan.append((source, [p for _, _, p in files]))
+    if not any(files for _, files in plan):
+        window = f" in iterations {iterations[0]}-{iterations[1]}" if iterations else ""
+        raise MergeError(f"nothing to merge: no master timeline file{window} for "
+                         f"{', '.join(s.label for s in sources)}")
+    alignment = align([s for s, files in plan if files], how)
+    notes.extend(alignment.notes)
+    flow_ids = iter(range(1, 1 << 62))
+    counts: dict[int, int] = {}
+    meta: dict[str, Any] = {}
+    todo = [(g, source, path) for g, (source, files) in enumerate(plan) for path in files]
+    walk: Iterable[Any] = progress(todo, len(todo)) if progress else todo
+    with TraceWriter(out) as writer:
+        rewriters: dict[int, Rewriter] = {}
+        for group, source, path in walk:
+            rewriter = rewriters.get(group)
+            if rewriter is None:
+                label = f"Rank {source.rank}" if source.rank_from == "rank_id" else f"Device {source.device}"
+                rewriter = rewriters[group] = Rewriter(group, flow_ids,
+                                                       alignment.offsets.get(source.device, 0.0),
+                                                       lambda name, label=label: f"{label} · {name}")
+            events = rewriter.rewrite(load_events(path))
+            writer.write(events)
+            counts[source.device] = counts.get(source.device, 0) + len(events)
+            del events
+        for group, (source, files) in enumerate(plan):
+            if not files:
+                continue
+            its = sorted({int(TIMELINE_RE.match(p.name)["iter"]) for p in files})
+            meta[str(source.rank)] = {
+                "device": source.device, "rank_from": source.rank_from, "hostname": source.hostname,
+                "offset_us": alignment.offsets.get(source.device, 0.0), "finished": source.finished,
+                "iterations": ranges(its), "files": len(files), "events": counts.get(source.device, 0),
+                "pids": rewriters[group].pids, **alignment.detail.get(source.device, {})}
+        writer.close({"jobprof": {
+            "prof_dir": str(prof), "timeline": MASTER, "clock": alignment.clock,
+            "clock_note": CLOCK_NOTES[alignment.clock], "ranks": meta, "notes": notes}})
+    return MergeResult(out, counts, len(todo), alignment, tuple(notes), meta)
+
+
+CLOCK_NOTES = {
+    "clock": "ts = epoch us from each process's clock anchor (start_info: wall clock and monotonic clock "
+             "read at one instant); processes on one host share the wall clock, so one axis; "
+             "offset_us = 0",
+    "collectives": "ts = epoch us from each process's clock anchor plus offset_us: minus the median, over "
+                   "the collectives (same group and seq) both ran, of how much later the collective ended on "
+                   "that rank than on the lowest rank; args keep each rank's own clock",
+}
