@@ -1,0 +1,324 @@
+"""The per-iteration trace in PyTorch profiler's JSON format (what ``export_chrome_trace`` writes).
+
+Built only from the iteration's raw streams and the device's job identity
+(``ExportContext.job``), so ``jobprof export`` renders the same bytes offline.  Layout of the
+events (pid / tid as torch.profiler uses them, plus jobprof's own tracks):
+
+* host events on ``pid`` = the process id, ``tid`` = the OS thread id;
+* ``ProfilerStep#<n>`` (``user_annotation``) on the training thread, ``n = iteration - 1``;
+* jobprof's derived spans (step phases, collectives, mstx ranges, DataLoader waits) on tracks
+  of their own, ``tid = thread + k * 2**22`` (see :mod:`jobprof.lanes`), named after the thread
+  they belong to: they may overlap the thread's operators without nesting;
+* CUDA device work on ``pid`` = device index, ``tid`` = stream (Kineto's own layout);
+* on a CPU-only job, each op_summary task again as a ``kernel`` on the pseudo device
+  ``pid = PSEUDO_PID_BASE + device id``, ``tid`` = the thread that ran it (see the plugin docs).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+from jobprof import optree
+from jobprof.lanes import LANE_STRIDE, assign_lanes
+from jobprof.opcapture import CORR, DEVICE, DTYPES, DUR, EXTRA, KIND, LINK, NAME, SHAPES, START, STRIDES, TID
+from jobprof.types import NA, ExportContext
+
+NAME_PREFIX = "kineto"
+#: ts values are µs since this instant (2023-11-14T22:13:20Z), the same in every file, so the
+#: files of all ranks share one time axis even for readers that ignore baseTimeNanoseconds;
+#: the offset keeps ts small enough for ~15 ns resolution in a double
+BASE_NS = 1_700_000_000_000_000_000
+#: pid of the pseudo device of a CPU-only job: this + device id, far above any Linux pid
+#: (pid_max is at most 2**22); torch.profiler's GPU pids are the device index
+PSEUDO_PID_BASE = 1_000_000_000
+#: track families of a thread (k * 64 + lane): 0 is the thread itself (operators; lane 1 for
+#: records that overlap a sibling or the step's edge), then jobprof's derived spans
+_OPS, _PHASES, _COLLECTIVES, _MSTX, _DATALOADER = 0, 1, 2, 3, 4
+_FAMILY = {_PHASES: "jobprof step phases", _COLLECTIVES: "jobprof collectives", _MSTX: "jobprof mstx",
+           _DATALOADER: "jobprof DataLoader"}
+_LANES = 64
+#: Kineto categories of device work on a GPU
+_GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
+#: msproftx domain of record_function blocks (already in the ops stream as user_annotation)
+_RECORD_FUNCTION_DOMAIN = "record_function"
+#: the streams a file is rendered from, besides the iteration record
+_SOURCES = ("ops", "training_trace", "hccl", "msproftx", "dp")
+
+
+def profiler_step(iteration: int) -> int:
+    """torch.profiler numbers steps from 0 (``ProfilerStep#0`` is the first); jobprof from 1."""
+    return iteration - 1
+
+
+def _tid(thread: int, family: int, lane: int = 0) -> int:
+    return thread + (family * _LANES + min(lane, _LANES - 1)) * LANE_STRIDE
+
+
+def _track_name(thread: int, family: int, lane: int) -> str:
+    return f"thread {thread} ({_FAMILY[family]}{f', lane {lane}' if lane else ''})"
+
+
+class _Builder:
+    """Accumulates the events of one file; ``ts`` in µs since BASE_NS, ``dur`` the difference
+    of two such values (so a span that nests in ns still nests in the file)."""
+
+    def __init__(self, ctx: ExportContext) -> None:
+        self.ctx = ctx
+        self.offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns - BASE_NS
+        self.events: list[dict[str, Any]] = []
+        self.threads: dict[tuple[int, int], str] = {}
+        self.external = 0
+
+    def us(self, ns: int) -> float:
+        return (ns + self.offset) / 1000
+
+    def span(self, cat: str, name: str, pid: int, tid: int, start: int, end: int,
+             args: dict[str, Any]) -> dict[str, Any]:
+        ts = self.us(start)
+        event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
+                 "dur": self.us(end) - ts, "args": args}
+        self.events.append(event)
+        return event
+
+    def next_external(self) -> int:
+        self.external += 1
+        return self.external
+
+
+def training_thread(ctx: ExportContext, view: optree.OpView | None) -> int:
+    """The thread that ran the step: the one whose top-level operators took the most time;
+    without operators the main thread (its id is the process id on Linux)."""
+    if view is not None and view.top:
+        busy: dict[int, int] = defaultdict(int)
+        for i in view.top:
+            busy[view.records[i][TID]] += view.records[i][DUR]
+        return max(sorted(busy), key=lambda t: busy[t])
+    return ctx.pid
+
+
+def _phases(b: _Builder, tid: int) -> None:
+    ctx, it = b.ctx, b.ctx.iteration
+    records = ctx.records("training_trace")
+    rec = records[0] if records else {}
+    fp, bp = rec.get("fp_start", it.fp_start_ns), rec.get("bp_end", it.bp_end_ns)
+    track = _tid(tid, _PHASES)
+    spans = [("Data Aug Bound", it.start_ns, fp) if it.index > 1 and fp is not None else None,
+             ("FP_BP", fp, bp) if fp is not None and bp is not None else None,
+             ("Iteration Refresh", bp, it.end_ns) if bp is not None else None]
+    for item in spans:
+        if item is not None and item[1] <= item[2]:
+            b.span("user_annotation", item[0], ctx.pid, track, item[1], item[2],
+                   {"External id": b.next_external(), "jobprof source": "training_trace"})
+            b.threads[(ctx.pid, track)] = f"thread {tid} ({_FAMILY[_PHASES]})"
+
+
+def _collectives(b: _Builder) -> None:
+    ctx = b.ctx
+    by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in ctx.records("hccl"):
+        if r.get("start_ns") is not None and r.get("end_ns") is not None:
+            by_thread[r.get("tid") or ctx.pid].append(r)
+    for thread, rows in sorted(by_thread.items()):
+        rows.sort(key=lambda r: (r["start_ns"], -r["end_ns"]))
+        for r, lane in zip(rows, assign_lanes([(r["start_ns"], r["end_ns"]) for r in rows]), strict=True):
+            track = _tid(thread, _COLLECTIVES, lane)
+            b.threads[(ctx.pid, track)] = _track_name(thread, _COLLECTIVES, lane)
+            # torch.profiler's record_param_comms argument names; "Rank" keeps its capital: HTA
+            # takes a file's rank from the first lowercase "rank" key (distributedInfo's)
+            b.span("user_annotation", f"jobprof:{r['op']}", ctx.pid, track, r["start_ns"], r["end_ns"], {
+                "External id": b.next_external(), "Collective name": r["op"],
+                "In msg nelems": r.get("count", NA), "Group size": r.get("rank_size", NA),
+                "dtype": r.get("dtype") or NA, "Process Group Name": r.get("group", NA),
+                "Process Group Description": r.get("group_desc") or NA,
+                "Process Group Ranks": r.get("ranks") or NA, "Rank": r.get("rank", NA),
+                "Seq": r.get("seq", NA), "bytes": r.get("bytes", NA),
+                "async": r.get("async") if r.get("async") is not None else NA,
+                "end from": r.get("end_from", NA), "duration unknown": bool(r.get("duration_unknown")),
+                "jobprof source": "hccl"})
+
+
+def _mstx(b: _Builder, skip_record_function: bool) -> None:
+    ctx = b.ctx
+    by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for r in ctx.records("msproftx"):
+        if skip_record_function and r.get("d") == _RECORD_FUNCTION_DOMAIN:
+            continue
+        by_thread[r["t"]].append(r)
+    for thread, rows in sorted(by_thread.items()):
+        rows.sort(key=lambda r: (r["s"], -r["e"]))
+        for r, lane in zip(rows, assign_lanes([(r["s"], r["e"]) for r in rows]), strict=True):
+            track = _tid(thread, _MSTX, lane)
+            b.threads[(ctx.pid, track)] = _track_name(thread, _MSTX, lane)
+            args = {"External id": b.next_external(), "domain": r.get("d", NA), "jobprof source": "msproftx"}
+            if r.get("k") == "m":  # a marker: an instant, as Kineto writes its instant events
+                b.events.append({"ph": "i", "s": "t", "cat": "user_annotation", "name": str(r["m"]),
+                                 "pid": ctx.pid, "tid": track, "ts": b.us(r["s"]), "args": args})
+            else:
+                b.span("user_annotation", str(r["m"]), ctx.pid, track, r["s"], r["e"], args)
+
+
+def _dataloader(b: _Builder) -> None:
+    """The loop's wait in ``next()`` per loader (the main-process fetch nests in it), and each
+    worker process's fetch and collate on that worker's own pid."""
+    ctx = b.ctx
+    for r in ctx.records("dp"):
+        kind = r.get("k")
+        if kind == "next":
+            track = _tid(ctx.pid, _DATALOADER, r.get("l", 0))
+            b.threads[(ctx.pid, track)] = f"loader{r.get('l', 0)} ({_FAMILY[_DATALOADER]})"
+            b.span("user_annotation", f"next(loader{r.get('l', 0)})", ctx.pid, track, r["t0"], r["t1"],
+                   {"External id": b.next_external(), "batch": r.get("b", NA), "jobprof source": "dp"})
+            if "f" in r:
+                t0, t1, t2, size = r["f"]
+                for name, a, z in (("fetch", t0, t1), ("collate", t1, t2)):
+                    b.span("user_annotation", name, ctx.pid, track, a, z,
+                           {"External id": b.next_external(), "samples": size, "jobprof source": "dp"})
+        elif kind == "fetch" and r.get("pid"):
+            pid = r["pid"]
+            b.threads[(pid, pid)] = f"loader{r.get('l', 0)} worker{r.get('w', 0)}"
+            for name, a, z in (("fetch", r["t0"], r["t1"]), ("collate", r["t1"], r["t2"])):
+                b.span("user_annotation", name, pid, pid, a, z,
+                       {"External id": b.next_external(), "samples": r.get("n", NA), "jobprof source": "dp"})
+
+
+def _input_args(record: list[Any]) -> dict[str, Any]:
+    if record[SHAPES] is None:
+        return {}
+    return {"Input Dims": record[SHAPES], "Input type": record[DTYPES], "Input Strides": record[STRIDES]}
+
+
+def _operators(b: _Builder, view: optree.OpView, train_tid: int) -> str:
+    """Every record of the ops stream as torch.profiler writes it; returns how device tasks
+    are shown (``cuda``, ``cpu_pseudo_device`` or ``none``)."""
+    ctx, records, it = b.ctx, view.records, b.ctx.iteration
+    task_of = {t.index: t for t in view.tasks}
+    externals = [b.next_external() for _ in records]
+    correlation = 0
+    pseudo = not view.has_device and bool(view.tasks)
+    for i, r in enumerate(records):
+        kind = r[KIND]
+        start, end = r[START], r[START] + r[DUR]
+        if kind in _GPU_CATS:
+            launch = view.launches.get(r[LINK], -1)  # the runtime call that launched it
+            op = view.innermost_dispatch(launch) if launch >= 0 else -1
+            args = {"External id": externals[op] if op >= 0 else 0, "device": r[DEVICE], "stream": r[TID],
+                    "correlation": r[LINK]}
+            extra = r[EXTRA]
+            if extra:
+                try:
+                    parsed = json.loads(extra) if isinstance(extra, str) else extra
+                    if isinstance(parsed, dict):
+                        args = {**parsed, **args}
+                except ValueError:
+                    pass
+            b.threads[(r[DEVICE], r[TID])] = f"stream {r[TID]}"
+            b.span(kind, r[NAME], r[DEVICE], r[TID], start, end, args)
+            continue
+        if kind.startswith("cuda_profiler"):
+            continue  # Kineto's projection of ranges onto GPU streams; nothing to add
+        args = {"External id": externals[i], "Record function id": 0, **_input_args(r)}
+        if kind in ("cuda_runtime", "cuda_driver"):
+            args["correlation"] = r[CORR]
+        thread = r[TID]
+        lane = view.lane[i]
+        if thread == train_tid and not lane and (start < it.start_ns or end > it.end_ns):
+            lane = 1  # sticks out of ProfilerStep: on its own lane, or the track would not nest
+        track = _tid(thread, _OPS, lane)
+        b.threads[(ctx.pid, track)] = f"thread {thread}" if not lane else f"thread {thread} (overlapping)"
+        task = task_of.get(i) if pseudo else None
+        if task is not None:
+            correlation += 1
+            args["correlation"] = correlation
+        b.span(kind, r[NAME], ctx.pid, track, start, end, args)
+        if task is not None:
+            # the task as the CPU-only job's device work: a kernel on the pseudo device, linked
+            # to its operator by correlation like a CUDA kernel to its launch
+            pid = PSEUDO_PID_BASE + ctx.device_id
+            b.threads[(pid, task.stream)] = f"stream {task.stream} (CPU thread {task.stream})"
+            b.span("kernel", r[NAME], pid, task.stream, start, end, {
+                "External id": externals[i], "device": ctx.device_id, "stream": task.stream,
+                "correlation": correlation, "Task Type": task.core_type, "Task Id": task.task_id,
+                "jobprof pseudo device": True})
+    if view.has_device:
+        return "cuda"
+    return "cpu_pseudo_device" if pseudo else "none"
+
+
+def _metadata(b: _Builder, device_mode: str) -> list[dict[str, Any]]:
+    ctx = b.ctx
+    pids = sorted({e["pid"] for e in b.events} | {ctx.pid})
+    out: list[dict[str, Any]] = []
+    for pid in pids:
+        if pid == ctx.pid:
+            name, label = ctx.program or "python", "CPU"
+        elif device_mode == "cpu_pseudo_device" and pid == PSEUDO_PID_BASE + ctx.device_id:
+            name, label = f"jobprof pseudo device {ctx.device_id}", "CPU tasks (op_summary) as kernels"
+        elif device_mode == "cuda" and pid < PSEUDO_PID_BASE and pid != ctx.pid and any(
+                e["pid"] == pid and e["cat"] in _GPU_CATS for e in b.events):
+            name, label = ctx.program or "python", f"GPU {pid}"
+        else:
+            name, label = f"{ctx.program or 'python'} (DataLoader worker)", "CPU"
+        meta = {"ph": "M", "ts": 0, "pid": pid, "tid": 0}
+        out += [{**meta, "name": "process_name", "args": {"name": name}},
+                {**meta, "name": "process_labels", "args": {"labels": label}},
+                {**meta, "name": "process_sort_index", "args": {"sort_index": pid}}]
+    for (pid, tid), name in sorted(b.threads.items()):
+        meta = {"ph": "M", "ts": 0, "pid": pid, "tid": tid}
+        out += [{**meta, "name": "thread_name", "args": {"name": name}},
+                {**meta, "name": "thread_sort_index", "args": {"sort_index": tid}}]
+    return out
+
+
+def distributed_info(job: Any) -> dict[str, Any] | None:
+    """torch.profiler's ``distributedInfo`` (None outside a distributed job, as torch omits it)."""
+    rank, world = job.get("rank_id", NA), job.get("world_size", NA)
+    if not isinstance(rank, int) or not isinstance(world, int):
+        return None
+    return {"backend": job.get("backend", NA), "rank": rank, "world_size": world}
+
+
+def render(ctx: ExportContext) -> str:
+    """The iteration's trace file (see the module docstring)."""
+    b = _Builder(ctx)
+    view = optree.view(ctx)
+    tid = training_thread(ctx, view)
+    it = ctx.iteration
+    step = b.span("user_annotation", f"ProfilerStep#{profiler_step(it.index)}", ctx.pid, tid, it.start_ns,
+                  it.end_ns, {"External id": b.next_external(), "Record function id": 0})
+    b.threads[(ctx.pid, tid)] = f"thread {tid}"
+    _phases(b, tid)
+    device_mode = _operators(b, view, tid) if view is not None else "none"
+    _collectives(b)
+    _mstx(b, skip_record_function=view is not None)
+    _dataloader(b)
+    sources = ["iteration", *(s for s in _SOURCES if ctx.records(s))]
+    name = f"{NAME_PREFIX}_{ctx.device_id}_{it.model_id}_{it.index}.json"
+    doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": []}
+    info = distributed_info(ctx.job)
+    if info is not None:
+        doc["distributedInfo"] = info  # before traceEvents: HTA reads the first "rank" key
+    doc.update({
+        "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_NS,
+        "jobprof": {"iteration": it.index, "profiler_step": profiler_step(it.index),
+                    "device_id": ctx.device_id, "rank_id": ctx.job.get("rank_id", NA),
+                    "sources": sources, "device_tasks": device_mode,
+                    "pseudo_device_pid": PSEUDO_PID_BASE + ctx.device_id
+                    if device_mode == "cpu_pseudo_device" else None,
+                    "note": _NOTES[device_mode]},
+        "traceEvents": _metadata(b, device_mode) + [step] + [e for e in b.events if e is not step],
+        "traceName": name,
+    })
+    return json.dumps(doc)
+
+
+_NOTES = {
+    "cpu_pseudo_device": "CPU-only job: each op_summary task (a top-level operator run on the CPU) is "
+                         "written twice, as its cpu_op and as a 'kernel' on the pseudo device "
+                         "(pid = pseudo_device_pid, stream = the OS thread that ran it), so kernel-based "
+                         "tools (HTA's temporal breakdown) see the job's device work; no GPU was used",
+    "cuda": "kernels, copies and fills are the device work Kineto recorded on the GPU",
+    "none": "no operator records for this iteration (task_trace off?): ProfilerStep, step phases, "
+            "collectives and markers only; no device work",
+}
