@@ -36,8 +36,9 @@ def _pct(share: float) -> str:
     return f"{100 * share:.0f}%"
 
 
-def _parts(model: dict[str, Any]) -> list[Finding]:
+def _parts(model: dict[str, Any], stragglers: list[Finding]) -> list[Finding]:
     out = []
+    late = {f.evidence["rank"] for f in stragglers}
     for part, threshold in PART_SHARE.items():
         hit = [(r["share"][part], r) for r in model["ranks"] if (r["share"].get(part) or 0) >= threshold]
         if not hit:
@@ -48,9 +49,13 @@ def _parts(model: dict[str, Any]) -> list[Finding]:
         ranks = sorted(r["rank"] for _, r in hit)
         where = f"rank {worst['rank']}" if len(model["ranks"]) > 1 else "the run"
         also = f" (over {threshold:.0%} on ranks {', '.join(map(str, ranks))})" if len(ranks) > 1 else ""
+        advice = _ADVICE[part]
+        if part == "communication_not_overlapped" and late and worst["rank"] not in late:
+            advice = (f"most of it is waiting for rank {', '.join(map(str, sorted(late)))} (the slower "
+                      "rank, see its finding), so making that rank faster helps most")
         out.append(Finding(
             part, f"{LABELS[part]}: {_pct(share)} of iteration time on {where} (mean {mean:.3f} ms of "
-            f"{iteration:.3f} ms){also}: {_ADVICE[part]}",
+            f"{iteration:.3f} ms){also}: {advice}",
             {"rank": worst["rank"], "share": share, "mean_ms": mean, "iteration_mean_ms": iteration,
              "ranks": ranks}, weight=3 if share >= 2 * threshold else 2))
     return out
@@ -79,7 +84,8 @@ def _straggler(model: dict[str, Any]) -> list[Finding]:
 
 
 def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
-    out = []
+    out: list[Finding] = []
+    jitter: list[Finding] = []
     for r in model["ranks"]:
         if r["iterations"]["count"] < 4:
             continue
@@ -94,18 +100,24 @@ def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
                 "`--iterations 2-` leaves it out",
                 {"rank": r["rank"], "iteration_ms": first["iteration_ms"], "median_ms": stats["median"]}))
         elif stats["p95"] > JITTER_FACTOR * stats["median"]:
-            out.append(Finding(
+            jitter.append(Finding(
                 "jitter", f"{who}iteration time varies: p95 {stats['p95']:.3f} ms against a median of "
                 f"{stats['median']:.3f} ms; the worst, iteration {stats['worst_iteration']}, took "
                 f"{stats['worst']:.3f} ms",
                 {"rank": r["rank"], "p95_ms": stats["p95"], "median_ms": stats["median"],
                  "worst_ms": stats["worst"], "worst_iteration": stats["worst_iteration"]}))
+    if jitter:  # one finding, for the rank that varies most; the others are listed
+        top = max(jitter, key=lambda f: f.evidence["p95_ms"] / f.evidence["median_ms"])
+        others = sorted(f.evidence["rank"] for f in jitter if f is not top)
+        text = top.text + (f" (ranks {', '.join(map(str, others))} vary too)" if others else "")
+        out.append(Finding(top.key, text, {**top.evidence, "ranks": sorted([top.evidence["rank"], *others])}))
     return out
 
 
 def core(model: dict[str, Any]) -> list[Finding]:
     """Findings from the breakdown and the cross-rank comparison."""
-    found = _parts(model) + _straggler(model) + _iteration_shape(model)
+    stragglers = _straggler(model)
+    found = _parts(model, stragglers) + stragglers + _iteration_shape(model)
     unfinished = [r["rank"] for r in model["ranks"] if not r["finished"]]
     if unfinished:
         found.append(Finding(

@@ -71,7 +71,7 @@ def render(model: dict[str, Any]) -> str:
                                                      "found by", "finished"])]
         keys = ("iteration", *breakdown.PARTS)
         rows = []
-        for r in ranks:
+        for r in (r for r in ranks if r["iterations"]["count"]):
             for stat in STATS:
                 rows.append([r["rank"], stat, *(_f(r["breakdown_ms"][k][stat]) for k in keys)])
             rows.append([r["rank"], "share", "100%", *(_pct(r["share"][k]) for k in breakdown.PARTS)])
