@@ -27,17 +27,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        _, model = load(args)
-    except ValueError as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
-        return 2
     out: Path = args.output
-    if out.is_dir():
+    if out.is_dir():  # checked before reading the profile, which can take a while
         print(f"jobprof: error: {out} is a directory; give the HTML file's path with -o", file=sys.stderr)
         return 2
     if not out.parent.is_dir():
         print(f"jobprof: error: {out.parent} does not exist (the folder for -o {out})", file=sys.stderr)
+        return 2
+    try:
+        _, model = load(args)
+    except ValueError as exc:
+        print(f"jobprof: error: {exc}", file=sys.stderr)
         return 2
     atomic_write(out, render(model))
     print(out.resolve())

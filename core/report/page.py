@@ -104,7 +104,8 @@ def _ranks(model: dict[str, Any]) -> str:
             rows.append([cell(r["rank"], key("ranks", i, "rank")), f"<td>{stat}</td>",
                          *(cell(r["breakdown_ms"][k][stat], key("ranks", i, "breakdown_ms", k, stat), MS)
                            for k in keys)])
-        rows.append([cell(r["rank"], key("ranks", i, "rank")), "<td>share</td>", "<td>100%</td>",
+        rows.append([cell(r["rank"], key("ranks", i, "rank")), "<td>share</td>",
+                     '<td class="fixed">100%</td>',
                      *(cell(r["share"][k], key("ranks", i, "share", k), PCT) for k in breakdown.PARTS)])
     out += ["<h3>Iteration time (ms): where it went, per rank</h3>",
             table(["rank", "", *(breakdown.LABELS[k] for k in keys)], rows, "breakdown")]
@@ -125,7 +126,7 @@ def _cross(model: dict[str, Any]) -> str:
         return ""
     what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
     n = cross["iterations_compared"]
-    rows = [[f"<td>{escape(rank)}</td>", cell(count, key("cross_rank", "slowest_count", rank)),
+    rows = [[f'<th scope="row">{escape(rank)}</th>', cell(count, key("cross_rank", "slowest_count", rank)),
              cell(n, key("cross_rank", "iterations_compared")),
              cell(cross["median_excess"][rank], key("cross_rank", "median_excess", rank), PCT)]
             for rank, count in cross["slowest_count"].items()]

@@ -62,8 +62,7 @@ class Frame:
 
 def open_svg(cls: str, title: str, frame: Frame, attrs_: str = "") -> str:
     return (f'<svg class="chart {cls}" {attrs_} viewBox="0 0 {frame.width} {frame.height}" '
-            f'width="{frame.width}" height="{frame.height}" role="img" aria-label="{escape(title)}" '
-            f'xmlns="http://www.w3.org/2000/svg">'
+            f'width="{frame.width}" height="{frame.height}" role="img" aria-label="{escape(title)}">'
             f'<text class="title" x="{frame.left}" y="18">{escape(title)}</text>')
 
 

@@ -1,0 +1,369 @@
+"""``jobprof report``: the HTML page of real profiles, opened in a real headless Chromium.
+
+One 2-rank DDP job (torchrun, gloo; training_trace, task_trace, hccl and dp on) is shared by
+the module; a test-local third-party plugin adds its own report section.  The page must load
+with no console message, no page error and no request but the file itself; its charts must
+render with the expected bars and series; every number it shows must equal the value at its
+``data-key`` in ``jobprof summary --json`` (same selection) to the precision shown.
+
+The browser is Debian's ``chromium`` (``.ci/run`` installs it), driven by Playwright.  Without
+it these tests fail; ``JOBPROF_NO_BROWSER=1`` skips them explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO, Runner, jobprof_cli
+from distributions import make_dist
+
+STEPS = 12
+MAX_BARS = 300
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+# a third-party plugin: only a report section, from the profile's own API
+ACME = """
+from jobprof.hookspec import hookimpl
+from jobprof.types import Finding, Section
+
+
+@hookimpl
+def jobprof_report_sections(profile):
+    rows = []
+    for device in profile.devices:
+        its = profile.iterations(device)
+        rows.append([profile.rank(device), len(its), round(sum(i.end_ns - i.start_ns for i in its) / 1e6, 3)])
+    steps = sum(r[1] for r in rows)
+    return [Section("Acme steps (third party)", ["rank", "steps", "total ms"], rows, key="acme_steps",
+                    notes=["counted by acme_report from Profile.iterations"],
+                    findings=[Finding("acme", f"acme saw {steps} steps", {"steps": steps})])]
+"""
+
+KILLED = """
+import os, signal, time, torch, torch.distributed as dist
+from torch import nn
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 9):
+    if rank == 1 and step == 5:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    model(torch.randn(4, 8)).sum().backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    opt.zero_grad()
+"""
+
+# one rank, many short iterations: the charts must bin them
+LONG = """
+import torch
+from torch import nn
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for _ in range({n}):
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(runner: Runner, script: Path, *args: str) -> Path:
+    return runner.script(
+        "import sys, runpy\n"
+        f"sys.argv = ['torchrun', '--nnodes=1', '--nproc_per_node=2', '--master_addr=127.0.0.1', "
+        f"'--master_port={free_port()}', {str(script)!r}, *{list(args)!r}]\n"
+        "runpy.run_module('torch.distributed.run', run_name='__main__')\n", "launch.py")
+
+
+# -- the browser ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if os.environ.get("JOBPROF_NO_BROWSER") == "1":
+        pytest.skip("JOBPROF_NO_BROWSER=1: the browser checks of the HTML report are off")
+    chromium = os.environ.get("JOBPROF_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        pytest.fail(f"no Chromium at {chromium}: install Debian's chromium (.ci/run does), or set "
+                    "JOBPROF_NO_BROWSER=1 to skip the report's browser tests")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("playwright is not installed: pip install -e '.[test]'")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def open_report(browser: Any, html: Path, screenshot: Path | None = None) -> tuple[Any, dict[str, list]]:
+    """The loaded page and what it said or asked for: console messages, page errors, requests."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    seen: dict[str, list] = {"console": [], "errors": [], "requests": []}
+    page.on("console", lambda m: seen["console"].append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+    page.on("request", lambda r: seen["requests"].append(r.url))
+    page.goto(html.as_uri(), wait_until="load")
+    if screenshot is not None:
+        page.screenshot(path=str(screenshot), full_page=True)
+    return page, seen
+
+
+def assert_clean_load(seen: dict[str, list], html: Path) -> None:
+    assert seen["console"] == [], seen["console"]
+    assert seen["errors"] == [], seen["errors"]
+    assert seen["requests"] == [html.as_uri()], seen["requests"]
+
+
+# -- the model and the page ---------------------------------------------------------------------
+
+def at(model: dict[str, Any], path: str) -> Any:
+    value: Any = model
+    for part in path.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+def decimals_tolerance(text: str) -> float:
+    """Half a unit of the last digit shown (``12.35`` -> 0.005, ``1.5e-05`` -> 5e-07)."""
+    return 0.5 * 10.0 ** Decimal(text).as_tuple().exponent + 1e-12
+
+
+def assert_numbers_match(page: Any, model: dict[str, Any]) -> int:
+    """Every tagged number equals the model's value at its key, as shown; returns how many."""
+    cells = page.eval_on_selector_all(
+        "[data-key]", "els => els.map(e => [e.dataset.key, e.dataset.value, e.dataset.kind, e.textContent])")
+    assert cells, "no number tagged with data-key"
+    for path, raw, kind, text in cells:
+        expected = at(model, path)
+        assert json.loads(raw) == expected, (path, raw, expected)
+        if expected is None:
+            assert text == "N/A", (path, text)
+        elif kind == "pct":
+            assert text.endswith("%"), (path, text)
+            shown = text[:-1]
+            assert abs(100 * expected - float(shown)) <= decimals_tolerance(shown), (path, text, expected)
+        else:
+            assert abs(expected - float(text)) <= decimals_tolerance(text), (path, text, expected)
+            if kind == "ms":
+                assert text == f"{expected:.3f}", (path, text)
+    # no number cell escapes the check: every numeric-looking table cell is tagged
+    untagged = page.eval_on_selector_all(
+        "td:not([data-key]):not(.fixed)", "els => els.map(e => e.textContent.trim())")
+    numeric = [t for t in untagged if t.rstrip("%").replace(".", "", 1).lstrip("-").isdigit()]
+    assert numeric == [], numeric
+    return len(cells)
+
+
+def assert_findings_in_order(page: Any, model: dict[str, Any]) -> None:
+    items = page.eval_on_selector_all(
+        "ol.findings > li",
+        "els => els.map(e => [e.dataset.findingKey, e.querySelector('.text').textContent])")
+    assert items == [[f["key"], f["text"]] for f in model["findings"]]
+    # an ordered list: the browser numbers them 1..n in that order
+    assert page.eval_on_selector("ol.findings", "e => getComputedStyle(e.children[0]).display") == "list-item"
+
+
+def svg_sizes(page: Any, selector: str) -> list[dict[str, float]]:
+    return [el.bounding_box() for el in page.query_selector_all(selector)]
+
+
+def assert_charts(page: Any, model: dict[str, Any]) -> None:
+    per_rank: dict[int, int] = {}
+    for row in model["iterations"]:
+        per_rank[row["rank"]] = per_rank.get(row["rank"], 0) + 1
+    charts = page.query_selector_all("svg.breakdown")
+    assert [int(c.get_attribute("data-rank")) for c in charts] == sorted(per_rank)
+    for chart in charts:
+        n = per_rank[int(chart.get_attribute("data-rank"))]
+        rank = int(chart.get_attribute("data-rank"))
+        bars = chart.eval_on_selector_all(
+            "g.bar",
+            "els => els.map(e => [e.querySelector('title').textContent, e.querySelectorAll('rect').length])")
+        assert len(bars) == math.ceil(n / math.ceil(n / MAX_BARS)) <= MAX_BARS, (n, len(bars))
+        assert all(rects >= 1 for _, rects in bars)
+        if n <= MAX_BARS:  # one bar per iteration: its tooltip quotes that iteration's time
+            rows = [r for r in model["iterations"] if r["rank"] == rank]
+            assert [t.split(";")[0] for t, _ in bars] == [
+                f"iteration {r['iteration']}: {r['iteration_ms']:.3f} ms" for r in rows]
+    lines = page.query_selector_all("svg.rank-times polyline.series")
+    assert sorted(int(s.get_attribute("data-rank")) for s in lines) == sorted(per_rank)
+    if model["cross_rank"] and model["cross_rank"]["measure"] == "busy":
+        busy = page.query_selector_all("svg.rank-busy polyline.series")
+        assert len(busy) == len(model["cross_rank"]["slowest_count"])
+        counts = model["cross_rank"]["slowest_count"]
+        slowest = max(counts, key=lambda r: (counts[r], -int(r)))
+        widths = {s.get_attribute("data-rank"): float(s.get_attribute("stroke-width")) for s in busy}
+        assert widths[slowest] == max(widths.values()) > min(widths.values()), widths
+    section = model["sections"].get("top_operators")
+    if section:
+        device = section["columns"].index("device")
+        expected: dict[str, int] = {}
+        for row in section["rows"]:
+            expected[str(row[device])] = expected.get(str(row[device]), 0) + 1
+        found = {c.get_attribute("data-device"): len(c.query_selector_all("g.bar"))
+                 for c in page.query_selector_all("svg.top-operators")}
+        assert found == expected
+    for box in svg_sizes(page, "svg.chart"):
+        assert box and box["width"] > 300 and box["height"] > 100, box
+
+
+def assert_sections(page: Any, model: dict[str, Any]) -> None:
+    shown = page.eval_on_selector_all("section[data-section]", "els => els.map(e => e.dataset.section)")
+    assert sorted(shown) == sorted(model["sections"])
+    for key, section in model["sections"].items():
+        rows = page.query_selector_all(f"section[data-section='{key}'] tbody tr")
+        assert len(rows) == len(section["rows"]), key
+        heads = page.eval_on_selector_all(f"section[data-section='{key}'] thead th",
+                                          "els => els.map(e => e.textContent)")
+        assert heads == section["headers"], key
+
+
+def assert_missing(page: Any, model: dict[str, Any]) -> None:
+    items = page.eval_on_selector_all("ul.missing li", "els => els.map(e => e.textContent)")
+    assert items == model["missing"]
+
+
+def report_and_model(prof: Path, out: Path, *selection: str, env: dict[str, str] | None = None
+                     ) -> dict[str, Any]:
+    made = jobprof_cli("report", str(prof), "-o", str(out), *selection, env=env)
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == str(out.resolve())
+    summary = jobprof_cli("summary", "--json", str(prof), *selection, env=env)
+    assert summary.returncode == 0, summary.stderr
+    html = out.read_text()
+    assert "http://" not in html and "https://" not in html and "src=" not in html  # nothing to fetch
+    return json.loads(summary.stdout)
+
+
+# -- the jobs -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def acme(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    root = make_dist(tmp_path_factory.mktemp("acme") / "site", "acme-report",
+                     {"acme_report": ACME}, {"acme_steps": "acme_report"})
+    return {"PYTHONPATH": str(root)}
+
+
+@pytest.fixture(scope="module")
+def ddp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runner = Runner(tmp_path_factory.mktemp("report_ddp"))
+    launcher = torchrun(runner, REPO / "examples" / "train_ddp.py", "--steps", str(STEPS))
+    runner.run(launcher, {"training_trace": "on", "task_trace": "on", "hccl": "on", "dp": "on"}, timeout=300)
+    [prof] = runner.prof_dirs()
+    return prof
+
+
+@pytest.mark.slow
+def test_report_in_chromium(ddp: Path, acme: dict[str, str], browser: Any, tmp_path: Path) -> None:
+    out = tmp_path / "report.html"
+    model = report_and_model(ddp, out, env=acme)
+    assert len(model["ranks"]) == 2 and all(r["iterations"]["count"] == STEPS for r in model["ranks"])
+    assert "acme_steps" in model["sections"] and model["cross_rank"]
+    shot = tmp_path / "report.png"
+    page, seen = open_report(browser, out, shot)
+    assert_clean_load(seen, out)
+    assert shot.stat().st_size > 50_000  # a full page of charts and tables, not a blank one
+    assert_findings_in_order(page, model)
+    assert {f["key"] for f in model["findings"]} >= {"acme"}
+    assert_charts(page, model)
+    assert_sections(page, model)
+    assert_missing(page, model)
+    tagged = assert_numbers_match(page, model)
+    assert tagged > 100  # per-rank breakdown, cross-rank, findings' evidence and every section
+    # the third party's numbers are the profile's: its steps are the ranks' iteration counts
+    acme_rows = model["sections"]["acme_steps"]["rows"]
+    assert [r[1] for r in acme_rows] == [r["iterations"]["count"] for r in model["ranks"]]
+    page.close()
+
+
+@pytest.mark.slow
+def test_selection_and_default_output(ddp: Path, browser: Any, tmp_path: Path) -> None:
+    made = jobprof_cli("report", str(ddp), "--rank", "1", "--iterations", "3-8", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    out = tmp_path / "report.html"  # the default: report.html in the current directory
+    assert made.stdout.strip() == str(out)
+    summary = jobprof_cli("summary", "--json", str(ddp), "--rank", "1", "--iterations", "3-8")
+    model = json.loads(summary.stdout)
+    assert [r["rank"] for r in model["ranks"]] == [1]
+    assert sorted({r["iteration"] for r in model["iterations"]}) == list(range(3, 9))
+    page, seen = open_report(browser, out)
+    assert_clean_load(seen, out)
+    assert "iterations 3-8; ranks 1" in page.text_content("p.meta:nth-of-type(2)")
+    assert_charts(page, model)
+    assert len(page.query_selector_all("svg.breakdown g.bar")) == 6
+    assert page.query_selector("svg.rank-busy") is None  # one rank: nothing to compare
+    assert_numbers_match(page, model)
+    assert_findings_in_order(page, model)
+    assert_sections(page, model)
+    page.close()
+
+
+def test_bad_input_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    made = jobprof_cli("report", str(missing), "-o", str(tmp_path / "r.html"))
+    assert made.returncode != 0 and str(missing) in made.stderr
+    assert not (tmp_path / "r.html").exists()
+    made = jobprof_cli("report", str(tmp_path), "-o", str(tmp_path / "no" / "r.html"))
+    assert made.returncode == 2 and str(tmp_path / "no") in made.stderr
+    made = jobprof_cli("report", str(tmp_path), "-o", str(tmp_path))
+    assert made.returncode == 2 and "is a directory" in made.stderr
+
+
+@pytest.mark.slow
+def test_partial_profile_lists_what_is_missing(browser: Any, runner: Runner, tmp_path: Path) -> None:
+    launcher = torchrun(runner, runner.script(KILLED, "killed.py"))
+    proc = runner.run(launcher, {"training_trace": "on", "hccl": "on"}, timeout=300, check=False)
+    assert proc.returncode != 0  # torchrun reports the killed rank
+    [prof] = runner.prof_dirs()
+    out = tmp_path / "partial.html"
+    model = report_and_model(prof, out)
+    assert any("rank 1: no end_info" in m for m in model["missing"]), model["missing"]
+    assert "unfinished" in [f["key"] for f in model["findings"]]
+    page, seen = open_report(browser, out)
+    assert_clean_load(seen, out)
+    assert_missing(page, model)
+    assert_findings_in_order(page, model)
+    assert_charts(page, model)
+    assert_numbers_match(page, model)
+    page.close()
+
+
+@pytest.mark.slow
+def test_long_run_is_binned(browser: Any, runner: Runner, tmp_path: Path) -> None:
+    n = 700
+    runner.run(LONG.replace("{n}", str(n)), {"training_trace": "on", "task_trace": "off"}, timeout=300)
+    [prof] = runner.prof_dirs()
+    out = tmp_path / "long.html"
+    model = report_and_model(prof, out)
+    assert model["ranks"][0]["iterations"]["count"] == n
+    page, seen = open_report(browser, out)
+    assert_clean_load(seen, out)
+    [chart] = page.query_selector_all("svg.breakdown")
+    assert len(chart.query_selector_all("g.bar")) == math.ceil(n / math.ceil(n / MAX_BARS)) == 234
+    assert "one bar per 3 consecutive iterations" in page.text_content("figure figcaption")
+    points = page.get_attribute("svg.rank-times polyline.series", "points").split()
+    assert len(points) == 234
+    assert_numbers_match(page, model)
+    page.close()
+
