@@ -46,11 +46,11 @@ def _total(spans: Spans) -> int:
 
 
 def collect(answers: Iterable[Mapping[str, list] | None]) -> dict[str, Spans]:
-    """Merge the plugins' hook answers into ``{category: spans}``."""
+    """Merge the plugins' hook answers (checked by the manager) into ``{category: spans}``."""
     out: dict[str, Spans] = {}
     for answer in answers:
         for category, spans in (answer or {}).items():
-            out.setdefault(category, []).extend((int(a), int(b)) for a, b in spans)
+            out.setdefault(category, []).extend(spans)
     return out
 
 

@@ -227,15 +227,19 @@ def jobprof_iteration_spans(iteration: Iteration, streams: Mapping[str, list]) -
 
 @hookspec
 def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
-    """Return tables describing a finished profile, for ``jobprof summary``.
+    """Return tables describing a profile, for ``jobprof summary``, ``report`` and ``diff``.
 
     Called once per command with a :class:`~jobprof.profile.Profile` (read-only view of a
-    ``PROF_`` directory).  Return :class:`~jobprof.types.Section` objects, or None.
+    ``PROF_`` directory that follows the user's ``--rank`` / ``--iterations``).  Return
+    :class:`~jobprof.types.Section` objects (each with a stable ``key`` and optional
+    :class:`~jobprof.types.Finding` objects: numbered statements with their evidence), or None.
 
     Example::
 
         @hookimpl
         def jobprof_report_sections(profile):
             temps = [r["celsius"] for r in profile.records("gpu_temp")]
-            return [Section("GPU temperature", ["max"], [[max(temps)]])] if temps else None
+            hot = [Finding("gpu_hot", f"the GPU reached {max(temps)} C", {"max_c": max(temps)})]
+            return [Section("GPU temperature", ["max"], [[max(temps)]], key="gpu_temp",
+                            findings=hot)] if temps else None
     """

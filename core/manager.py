@@ -403,6 +403,18 @@ def _check_sections(manager: PluginManager, plugin: str, result: Any) -> list[Se
     return _as_list(result, Section)
 
 
+def _check_spans(manager: PluginManager, plugin: str, result: Any) -> dict[str, list[tuple[int, int]]]:
+    if not isinstance(result, Mapping):
+        raise ContractError(f"{type(result).__name__}, not a mapping of category to spans")
+    out = {}
+    for category, spans in result.items():
+        try:
+            out[str(category)] = [(int(a), int(b)) for a, b in spans]
+        except (TypeError, ValueError) as exc:
+            raise ContractError(f"spans of {category!r} are not (start_ns, end_ns) pairs ({exc})") from exc
+    return out
+
+
 def _as_list(result: Any, kind: type) -> list:
     if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
         raise ContractError(f"{type(result).__name__}, not a list of {kind.__name__}")
@@ -419,6 +431,7 @@ CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
     "jobprof_iteration_end": _check_streams,
     "jobprof_writers": _check_writers,
     "jobprof_report_sections": _check_sections,
+    "jobprof_iteration_spans": _check_spans,
     "jobprof_aic_metrics": _check_metrics,
 }
 

@@ -16,8 +16,14 @@ from test_hccl import torchrun
 
 from conftest import Runner, jobprof_cli, read_csv
 from jobprof import breakdown
+from jobprof.hookspec import hookimpl
+from jobprof.manager import PluginManager
+from jobprof.profile import Profile
+from jobprof.reporter import Reporter
+from jobprof.selection import Selection
 from jobprof.stats import p95
-from jobprof.types import Iteration
+from jobprof.summary import summarize
+from jobprof.types import Finding, Iteration, Section
 
 STEPS = 10
 SAMPLE_S, BATCH = 0.01, 4  # data wait per iteration >= 40 ms
@@ -230,3 +236,52 @@ def test_paint_partitions_an_iteration() -> None:
     parts, basis = breakdown.paint(it, {"communication_blocking": [(75, 85)]})
     assert parts == {"data_wait": None, "communication_not_overlapped": 10, "forward_backward": 55,
                      "refresh": 15, "free": 20}
+
+
+class Extra:
+    """A third-party plugin: a section with a finding, and spans (one shape wrong on purpose)."""
+
+    def __init__(self, spans: object) -> None:
+        self.spans = spans
+
+    @hookimpl
+    def jobprof_iteration_spans(self, iteration):
+        return self.spans(iteration) if callable(self.spans) else self.spans
+
+    @hookimpl
+    def jobprof_report_sections(self, profile):
+        return [Section("Extra things (ours)", ["rank", "iterations"],
+                        [[profile.rank(d), len(profile.iterations(d))] for d in profile.devices],
+                        findings=[Finding("extra", "an extra finding", {"n": 1}, weight=3)])]
+
+
+def test_third_party_spans_and_sections_join_the_model(prof: Path) -> None:
+    manager = _loaded()
+    # a third-party data-wait source: the first millisecond of every iteration
+    manager.register(Extra(lambda it: {"data_wait": [(it.start_ns, it.start_ns + 1_000_000)]}), "extra")
+    model = summarize(Profile(prof, Selection("3-4")), manager)
+    section = model["sections"]["extra_things"]
+    assert section["columns"] == ["rank", "iterations"] and section["rows"] == [[0, 2], [1, 2]]
+    extra = {"key": "extra", "text": "an extra finding", "evidence": {"n": 1}, "weight": 3}
+    position = model["findings"].index(extra)  # numbered among the heaviest
+    assert all(f["weight"] == 3 for f in model["findings"][:position])
+    plain = summarize(Profile(prof, Selection("3-4")), _loaded())
+    for mine, theirs in zip(model["iterations"], plain["iterations"], strict=True):
+        # dp's own waits already cover the start of each iteration's fetch; ours adds what they miss
+        assert mine["data_wait_ms"] >= theirs["data_wait_ms"]
+        assert mine["iteration_ms"] == theirs["iteration_ms"]
+
+
+def _loaded() -> PluginManager:
+    manager = PluginManager(Reporter())
+    manager.load_entry_points()
+    return manager
+
+
+def test_a_plugin_returning_bad_spans_is_disabled_not_fatal(prof: Path) -> None:
+    manager = _loaded()
+    manager.register(Extra({"data_wait": [(1, "soon")]}), "extra")
+    model = summarize(Profile(prof, Selection("3")), manager)
+    assert manager.record("extra").status == "failed"
+    assert "jobprof_iteration_spans" in manager.record("extra").error
+    assert len(model["iterations"]) == 2 and "extra_things" not in model["sections"]
