@@ -1,0 +1,233 @@
+"""jobprof diff on real runs: a training loop (A), the same loop again (A2), and the loop with
+known extra work per step (B: one large matmul more, so one ``mm`` call more per iteration, and
+one ``bmm``, an operator type A never runs), with different iteration counts; a 2-rank gloo job
+with and without one extra broadcast per step for the collectives and the per-rank matching."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, jobprof_cli
+from jobprof import diff
+from jobprof.manager import PluginManager
+from jobprof.reporter import Reporter
+from jobprof.selection import Selection
+
+ON = {"training_trace": "on", "task_trace": "on"}
+STEPS_A, STEPS_B = 16, 24
+
+# The batches are made before the loop, so every iteration runs the same operators; "extra" adds
+# torch.mm on 1280x1280 matrices (4.2 GFLOP, over 10 ms here: far above the loop's own mm calls and
+# any noise) and a small torch.bmm.
+JOB = """
+import sys, torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+steps, extra = int(sys.argv[1]), sys.argv[2] == "extra"
+model = nn.Sequential(nn.Linear(10, 5), nn.ReLU(), nn.Linear(5, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = [(torch.randn(4, 10), torch.randn(4, 1)) for _ in range(steps)]
+big, small = torch.randn(1280, 1280), torch.randn(2, 8, 8)
+for xb, yb in data:
+    opt.zero_grad()
+    nn.functional.mse_loss(model(xb), yb).backward()
+    if extra:
+        torch.mm(big, big)
+        torch.bmm(small, small)
+    opt.step()
+"""
+
+DDP = """
+import os, sys, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+
+def run(rank, port, steps, extra):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        model(torch.randn(2, 4)).sum().backward()
+        dist.all_reduce(torch.ones(1000))
+        if extra:
+            dist.broadcast(torch.ones(250_000), src=0)
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "extra"), nprocs=2)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _profile(factory: pytest.TempPathFactory, name: str, body: str, options: dict, args: list[str]) -> Path:
+    runner = Runner(factory.mktemp(name))
+    runner.run(body, options, args=args, timeout=300)
+    [prof] = runner.prof_dirs()
+    return prof
+
+
+@pytest.fixture(scope="module")
+def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return {"a": _profile(tmp_path_factory, "a", JOB, ON, [str(STEPS_A), "base"]),
+            "a2": _profile(tmp_path_factory, "a2", JOB, ON, [str(STEPS_A), "base"]),
+            "b": _profile(tmp_path_factory, "b", JOB, ON, [str(STEPS_B), "extra"])}
+
+
+def compare(a: Path, b: Path, per_rank: bool = False, **selection) -> dict:
+    manager = PluginManager(Reporter())
+    manager.load_entry_points()
+    sel = Selection(**selection)
+    return diff.compare(diff.load(a, sel, manager), diff.load(b, sel, manager), per_rank=per_rank)
+
+
+def op(model: dict, name: str) -> dict:
+    [row] = [r for r in model["operators"] if r["op_type"] == name]
+    return row
+
+
+def test_extra_work_is_named_with_its_calls(profiles: dict[str, Path]) -> None:
+    model = compare(profiles["a"], profiles["b"])
+    assert (model["a"]["iterations"], model["b"]["iterations"]) == (STEPS_A, STEPS_B)
+    assert (model["a"]["op_statistic_files"], model["b"]["op_statistic_files"]) == (STEPS_A, STEPS_B)
+    mm = op(model, "mm")
+    # per iteration, although B ran more iterations: exactly one call more
+    assert mm["delta_calls_per_iteration"] == pytest.approx(1.0)
+    assert mm["a"]["calls_per_iteration"] == pytest.approx(round(mm["a"]["calls_per_iteration"]))
+    assert mm["change"] == "slower" and mm["delta_ms_per_iteration"] > 0.5
+    assert model["operators"][0]["op_type"] == "mm"  # the largest change comes first
+    bmm = op(model, "bmm")
+    assert bmm["change"] == "new" and bmm["a"] is None
+    assert bmm["b"]["calls_per_iteration"] == pytest.approx(1.0)
+    # the rest of the loop is the same program: same calls per iteration
+    for row in model["operators"]:
+        if row["op_type"] not in ("mm", "bmm"):
+            assert row["a"] is not None and row["b"] is not None, row
+            assert row["delta_calls_per_iteration"] == pytest.approx(0.0, abs=1e-9), row
+    it = next(r for r in model["iteration"] if r["part"] == "iteration")
+    assert it["change"] == "slower" and it["delta_ms"] > 0.5
+    assert model["verdict"].startswith("B is ") and " slower per iteration" in model["verdict"]
+    assert "top change: mm (slower)" in model["verdict"] and "→ " in model["verdict"]
+    # the reverse direction reads as faster, mm's call gone per iteration, bmm gone
+    back = compare(profiles["b"], profiles["a"])
+    assert op(back, "mm")["change"] == "faster" and op(back, "bmm")["change"] == "gone"
+    assert op(back, "mm")["delta_calls_per_iteration"] == pytest.approx(-1.0)
+
+
+def test_same_program_twice_flags_nothing_large(profiles: dict[str, Path]) -> None:
+    """A rerun: no operator appears or disappears, no call count moves, and nothing flagged comes
+    near the size of the deliberate change (the machine is shared: small shifts may pass the
+    thresholds, a change the size of B's extra matmul may not)."""
+    model = compare(profiles["a"], profiles["a2"])
+    deliberate = op(compare(profiles["a"], profiles["b"]), "mm")["delta_ms_per_iteration"]
+    assert model["operators"]
+    for row in model["operators"]:
+        assert row["change"] not in ("new", "gone"), row
+        assert row["delta_calls_per_iteration"] == 0, row
+        if row["change"] != "unchanged":
+            assert abs(row["delta_ms_per_iteration"]) < deliberate / 2, row
+    assert model["ranks"] == {"matched": [0], "only_a": [], "only_b": []}
+
+
+def test_cli_text_json_top_and_selection(profiles: dict[str, Path]) -> None:
+    a, b = str(profiles["a"]), str(profiles["b"])
+    text = jobprof_cli("diff", a, b, "--top", "3")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("A: ") and f"{STEPS_A} iteration(s)" in lines[0]
+    assert lines[1].startswith("B: ") and f"{STEPS_B} iteration(s)" in lines[1]
+    assert lines[3].startswith("B is ")
+    assert "Iteration time (ms" in text.stdout and "Operator types per iteration" in text.stdout
+    table = text.stdout.split("Operator types per iteration")[1].split("\n\n")[0].splitlines()
+    assert len(table) == 3 + 3 and table[3].split()[0] == "mm"  # title, header, rule, 3 rows
+
+    proc = jobprof_cli("diff", a, b, "--json", "--top", "2", "--iterations", "3-10", "--iterations-b", "5-")
+    assert proc.returncode == 0, proc.stderr
+    model = json.loads(proc.stdout)
+    assert set(model) == {"schema", "a", "b", "scope", "ranks", "thresholds", "verdict", "counts",
+                          "iteration", "operators", "collectives", "notes"}
+    assert model["schema"] == diff.SCHEMA and model["scope"] == "all" and model["collectives"] is None
+    assert set(model["a"]) == {"prof_dir", "selection", "ranks", "iterations", "iterations_per_rank",
+                               "op_statistic_files", "hccl"}
+    assert (model["a"]["iterations"], model["b"]["iterations"]) == (8, STEPS_B - 4)
+    assert model["a"]["selection"]["iterations"] == "3-10" and model["b"]["selection"]["iterations"] == "5-"
+    assert len(model["operators"]) == 2 and model["counts"]["operators"] > 2
+    row = model["operators"][0]
+    assert set(row) == {"rank", "op_type", "core_type", "a", "b", "delta_calls_per_iteration",
+                        "delta_ms_per_iteration", "delta_pct", "change"}
+    assert set(row["b"]) == {"calls_per_iteration", "ms_per_iteration", "median_ms_per_iteration",
+                             "us_per_call"}
+    parts = [r["part"] for r in model["iteration"]]
+    assert parts == ["iteration", "data_wait", "communication_not_overlapped", "forward_backward",
+                     "refresh", "free"]
+    assert set(model["iteration"][0]) == {"rank", "part", "a", "b", "delta_ms", "delta_pct",
+                                          "delta_mean_ms", "change"}
+    assert set(model["iteration"][0]["a"]) == {"mean", "median", "p95"}
+    # no dp in these runs: data wait is unknown on both sides, not a change
+    wait = model["iteration"][1]
+    assert wait["a"] is None and wait["delta_ms"] is None and wait["change"] == "unchanged"
+
+
+def test_bad_input_is_a_clear_error(profiles: dict[str, Path], tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = jobprof_cli("diff", str(empty), str(profiles["a"]))
+    assert proc.returncode != 0 and f"no PROF_* directory in {empty}" in proc.stderr, proc.stderr
+    proc = jobprof_cli("diff", str(profiles["a"]), str(tmp_path / "missing"))
+    assert proc.returncode != 0 and "missing: no such directory" in proc.stderr, proc.stderr
+    proc = jobprof_cli("diff", str(profiles["a"]), str(profiles["b"]), "--rank", "7")
+    assert proc.returncode != 0 and str(profiles["a"]) in proc.stderr and "ranks present: [0]" in proc.stderr
+    proc = jobprof_cli("diff", str(profiles["a"]), str(profiles["b"]), "--iterations", "x")
+    assert proc.returncode != 0 and "--iterations 'x'" in proc.stderr
+    broken = tmp_path / "broken"
+    for path in profiles["a"].rglob("*"):
+        if path.is_file():
+            target = broken / profiles["a"].name / path.relative_to(profiles["a"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(path.read_bytes())
+    [stat] = list(broken.rglob("op_statistic_0_*_2.csv"))
+    stat.write_text("not,a,statistic\n1,2,3\n")
+    proc = jobprof_cli("diff", str(broken), str(profiles["b"]))
+    assert proc.returncode != 0 and f"{stat}: not an op_statistic file" in proc.stderr, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def ranks2(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    options = {"training_trace": "on", "hccl": "on", "task_trace": "off"}
+    return {name: _profile(tmp_path_factory, f"ddp_{name}", DDP, options, [str(free_port()), "8", name])
+            for name in ("base", "extra")}
+
+
+@pytest.mark.slow
+def test_collectives_per_rank(ranks2: dict[str, Path], profiles: dict[str, Path]) -> None:
+    model = compare(ranks2["base"], ranks2["extra"], per_rank=True)
+    assert model["ranks"] == {"matched": [0, 1], "only_a": [], "only_b": []}
+    assert model["scope"] == "per_rank" and model["a"]["hccl"] and model["b"]["hccl"]
+    assert model["operators"] == [] and any("no op_statistic files" in n for n in model["notes"])
+    assert {r["rank"] for r in model["iteration"]} == {None, 0, 1}
+    for rank in (0, 1):
+        rows = {r["op"]: r for r in model["collectives"] if r["rank"] == rank}
+        assert set(rows) == {"all_reduce", "broadcast"}, rows
+        assert rows["broadcast"]["change"] == "new" and rows["broadcast"]["a"] is None
+        assert rows["broadcast"]["b"]["calls_per_iteration"] == pytest.approx(1.0)
+        assert rows["broadcast"]["b"]["mb_per_iteration"] == pytest.approx(1.0)  # 250,000 float32
+        assert rows["all_reduce"]["delta_calls_per_iteration"] == pytest.approx(0.0)
+        assert rows["all_reduce"]["a"]["mb_per_iteration"] == pytest.approx(0.004)
+    # one rank only, and a one-rank profile against a two-rank one
+    one = compare(ranks2["base"], ranks2["extra"], ranks=[1])
+    assert one["a"]["ranks"] == [1] and one["b"]["ranks"] == [1]
+    mixed = compare(ranks2["base"], profiles["a"], per_rank=True)
+    assert mixed["ranks"] == {"matched": [0], "only_a": [1], "only_b": []}
+    assert any(n.startswith("rank sets differ") for n in mixed["notes"])
+    assert mixed["collectives"] is None and any("only one side has hccl" in n for n in mixed["notes"])
