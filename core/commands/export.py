@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof import export, rawstore
+from jobprof import cann8, export, rawstore
 from jobprof.commands._common import new_manager
 from jobprof.profile import find_prof_dir
 from jobprof.progress import bar
@@ -15,6 +15,10 @@ from jobprof.progress import bar
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="re-render timeline/ and summary/ files from raw data (idempotent)")
     p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+    p.add_argument("--layout", choices=("old", "cann8"), default="old",
+                   help="old: per-iteration files under device_<id>/ (CANN 6/7); cann8: also "
+                        f"{cann8.FOLDER}/<name>_<timestamp>.csv|json with every device and iteration "
+                        "(CANN 8+, what msprof-analyze and MindStudio Insight read)")
     p.set_defaults(func=run)
 
 
@@ -36,6 +40,12 @@ def run(args: argparse.Namespace) -> int:
         for problem in result.problems:
             print(f"  problem: {problem}", file=sys.stderr)
             status = 1
+    if args.layout == "cann8":
+        with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:
+            assembled = cann8.assemble(prof, advance=shown.update)
+        print("\n".join(cann8.describe(assembled)))
+        for note in assembled.problems:
+            print(f"  note: {note}", file=sys.stderr)
     return status
 
 
