@@ -1,7 +1,7 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
     python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx|ddp|hccl-cost|optier|
-                                          optier-memory|export] [--json out.json]
+                                          optier-memory|export|analysis] [--json out.json]
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -19,8 +19,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
+import analysis
 import ddp
 import dp
 import export_rate
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
     parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp",
-                                           "hccl-cost", "optier", "optier-memory", "export"],
+                                           "hccl-cost", "optier", "optier-memory", "export", "analysis"],
                         help="run one benchmark (optier-memory: full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
@@ -91,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-iterations", type=int,
                         help="iterations of the profile export re-renders (default 100, quick 20; "
                         "quick leaves out the aic_metrics case)")
+    parser.add_argument("--analysis-cache", metavar="DIR",
+                        help="analysis: keep the generated profile here and reuse it (default: a temp dir)")
+    parser.add_argument("--analysis-repeats", type=int,
+                        help="analysis: runs per command (default 3, quick 1)")
     args = parser.parse_args(argv)
 
     report: dict[str, Any] = {"machine": machine(), "mode": "quick" if args.quick else "full"}
@@ -178,11 +184,21 @@ def main(argv: list[str] | None = None) -> int:
             report["export"] = result
             table += export_rate.rows(result)
             notes += export_rate.notes(result)
+        if args.only in (None, "analysis"):
+            with measured() as result:
+                its, ranks = ((analysis.QUICK_ITERATIONS, analysis.QUICK_RANKS) if args.quick
+                              else (analysis.ITERATIONS, analysis.RANKS))
+                repeats = max(args.analysis_repeats or (1 if args.quick else 3), 1)
+                result.update(analysis.run(its, ranks, repeats,
+                                           Path(args.analysis_cache) if args.analysis_cache else None))
+            report["analysis"] = result
+            table += analysis.rows(result)
+            notes += analysis.notes(result)
     except (HarnessError, RuntimeError) as exc:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
     for name in ("startup", "steps", "tier", "dp", "mstx", "ddp", "hccl-cost", "hotpath", "hotpath_tier",
-                 "optier", "optier-memory", "export"):
+                 "optier", "optier-memory", "export", "analysis"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work
