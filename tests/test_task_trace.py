@@ -305,7 +305,8 @@ def test_summary_lists_the_top_operators(plain):
     proc = jobprof_cli("summary", "--json", str(plain.device.parent))
     assert proc.returncode == 0, proc.stderr
     section = json.loads(proc.stdout)["sections"]["top_operators"]
-    assert section["columns"] == ["device", "op_type", "core_type", "count", "total_ms", "mean_us", "pct_of_task_time"]
+    assert section["columns"] == ["device", "op_type", "core_type", "count", "total_ms", "mean_us",
+                                  "pct_of_task_time"]
     rows = {(r[1], r[2]): r for r in section["rows"]}
     mm_rows = [r for path in plain.files("op_summary") for r in read_csv(path) if r["OP Type"] == "mm"]
     device, _, _, count, total_ms, mean_us, _ = rows[("mm", "CPU")]
