@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -132,3 +133,18 @@ def check_timeline(path: Path) -> list[dict]:
         if any(p == pid for p, _ in meta):
             assert (pid, "process_name") in meta, f"{path.name}: pid {pid} has no process_name"
     return events
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def torchrun(runner: Runner, script: Path, nproc: int) -> Path:
+    """A launcher script running ``script`` under torchrun with ``nproc`` local ranks."""
+    return runner.script(
+        "import sys, runpy\n"
+        f"sys.argv = ['torchrun', '--nnodes=1', '--nproc_per_node={nproc}', '--master_addr=127.0.0.1', "
+        f"'--master_port={free_port()}', {str(script)!r}]\n"
+        "runpy.run_module('torch.distributed.run', run_name='__main__')\n", "launch.py")

@@ -11,9 +11,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_hccl import free_port
 
-from conftest import Runner, check_timeline, jobprof_cli, read_csv
+from conftest import Runner, check_timeline, free_port, jobprof_cli, read_csv
 from jobprof import cann8
 from jobprof.merge import PID_BLOCK
 

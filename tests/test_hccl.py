@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import csv
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
-from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv
+from conftest import Runner, check_timeline, free_port, jobprof_cli, raw, read_csv, torchrun
 from jobprof.plugins.hccl.collectives import OPERATORS, bandwidths, chunks
 
 MODEL = 4294967295
@@ -92,20 +91,6 @@ def expected(rank: int) -> list[tuple]:
         ("send", 3, 12, "FP32", {"dst rank": other}),
         ("recv", 3, 12, "FP32", {"src rank": other}),
     ]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun(runner: Runner, script: Path, nproc: int) -> Path:
-    return runner.script(
-        "import sys, runpy\n"
-        f"sys.argv = ['torchrun', '--nnodes=1', '--nproc_per_node={nproc}', '--master_addr=127.0.0.1', "
-        f"'--master_port={free_port()}', {str(script)!r}]\n"
-        "runpy.run_module('torch.distributed.run', run_name='__main__')\n", "launch.py")
 
 
 def hccl_events(device: Path, rank: int, iteration: int) -> dict[str, list[dict]]:

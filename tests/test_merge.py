@@ -12,9 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_hccl import KILLED, free_port, torchrun
+from test_hccl import KILLED
 
-from conftest import Runner, check_timeline, jobprof_cli, raw
+from conftest import Runner, check_timeline, free_port, jobprof_cli, raw, torchrun
 from jobprof.clock import ClockAnchor
 from jobprof.merge import PID_BLOCK, merge
 

@@ -12,9 +12,8 @@ import statistics
 from pathlib import Path
 
 import pytest
-from test_hccl import torchrun
 
-from conftest import Runner, jobprof_cli, read_csv
+from conftest import Runner, jobprof_cli, read_csv, torchrun
 from jobprof import breakdown
 from jobprof.hookspec import hookimpl
 from jobprof.manager import PluginManager
