@@ -124,15 +124,8 @@ def ranges(numbers: Iterable[int]) -> str:
     return ", ".join(out)
 
 
-def parse_iterations(text: str) -> tuple[int, int]:
-    """``"A-B"`` or ``"N"`` -> inclusive (first, last)."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
-    if not m:
-        raise ValueError(f"--iterations: expected A-B or N, got {text!r}")
-    first, last = int(m[1]), int(m[2] or m[1])
-    if last < first:
-        raise ValueError(f"--iterations: {first}-{last} is empty (the range is inclusive: A <= B)")
-    return first, last
+def _window(iterations: tuple[int, int]) -> str:
+    return f"{iterations[0]}-" if iterations[1] >= 2**62 else f"{iterations[0]}-{iterations[1]}"
 
 
 class Rewriter:
@@ -368,14 +361,14 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
             notes.append(f"{source.label}: iterations {ranges(missing)} have raw data but no timeline file: "
                          f"run `jobprof export {prof}`")
         if not files:
-            window = f" in iterations {iterations[0]}-{iterations[1]}" if iterations else ""
+            window = f" in iterations {_window(iterations)}" if iterations else ""
             notes.append(f"{source.label}: no master timeline (msprof_*.json){window}: left out")
         elif not source.finished:
             notes.append(f"{source.label}: no end_info (the process did not finish): merged iterations "
                          f"{ranges(rendered)}")
         plan.append((source, [p for _, _, p in files]))
     if not any(files for _, files in plan):
-        window = f" in iterations {iterations[0]}-{iterations[1]}" if iterations else ""
+        window = f" in iterations {_window(iterations)}" if iterations else ""
         raise MergeError(f"nothing to merge: no master timeline file{window} for "
                          f"{', '.join(s.label for s in sources)}")
     alignment = align([s for s, files in plan if files], how)

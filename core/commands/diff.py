@@ -16,8 +16,7 @@ from typing import Any
 from tabulate import tabulate
 
 from jobprof import breakdown, diff
-from jobprof.commands._common import new_manager, progress_for
-from jobprof.selection import Selection
+from jobprof.commands._common import add_selection, new_manager, progress_for, selection
 
 #: operator / collective rows shown on a terminal without --top
 TOP = 20
@@ -28,12 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "every operator type and collective, per iteration")
     p.add_argument("prof_a", type=Path, help="profile A (before): a PROF_* directory or a folder holding one")
     p.add_argument("prof_b", type=Path, help="profile B (after)")
-    p.add_argument("--iterations", metavar="A-B",
-                   help="only these iterations (both sides): 5-20, 5-, -20 or 7")
+    add_selection(p, "only these iterations (both sides): 5-20, 5-, -20 or 7")
     p.add_argument("--iterations-b", metavar="A-B",
                    help="B's iterations when they differ from A's (default: --iterations)")
-    p.add_argument("--rank", type=int, action="append", metavar="R",
-                   help="only this rank on both sides (rank_id in info.json; repeat for several)")
     p.add_argument("--per-rank", action="store_true",
                    help="tables per rank (ranks matched by rank id) instead of all ranks pooled")
     p.add_argument("--top", type=int, metavar="N",
@@ -118,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
         print("jobprof: error: --top must be 0 or more", file=sys.stderr)
         return 2
     try:
-        sel_a = Selection(args.iterations, args.rank)
-        sel_b = Selection(args.iterations_b if args.iterations_b is not None else args.iterations, args.rank)
+        sel_a = selection(args)
+        sel_b = selection(args, args.iterations_b) if args.iterations_b is not None else sel_a
         manager, _ = new_manager()
         manager.load_entry_points()
         a = diff.load(args.prof_a, sel_a, manager, progress_for())

@@ -6,7 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.merge import ALIGNS, MergeError, merge, parse_iterations
+from jobprof.commands._common import add_selection, selection
+from jobprof.merge import ALIGNS, MergeError, merge
 from jobprof.profile import find_prof_dir
 from jobprof.progress import progress
 
@@ -22,20 +23,18 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="clock: each process's clock anchor (right for ranks on one host); collectives: "
                         "per-rank offsets estimated from collectives every rank ran (ranks on several "
                         "hosts; needs hccl on)")
-    p.add_argument("--iterations", metavar="A-B", default=None, help="only iterations A to B (or N)")
-    p.add_argument("--rank", metavar="R", action="append", default=None,
-                   help="only rank R (info.json rank_id, else the device id); repeat or R1,R2 for several")
+    add_selection(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     prof = find_prof_dir(args.prof_dir)
     try:
-        iterations = parse_iterations(args.iterations) if args.iterations else None
-        ranks = [int(r) for text in args.rank or () for r in text.split(",") if r.strip()]
+        chosen = selection(args)
     except ValueError as exc:
-        print(f"jobprof: error: {exc if 'iterations' in str(exc) else f'--rank: {exc}'}", file=sys.stderr)
+        print(f"jobprof: error: {exc}", file=sys.stderr)
         return 2
+    iterations, ranks = chosen.iterations, sorted(chosen.ranks) if chosen.ranks is not None else None
     out = args.output or prof / "merged.json"
     try:
         result = merge(prof, out, how=args.align, ranks=ranks, iterations=iterations,

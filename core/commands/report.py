@@ -12,7 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.commands.summary import add_selection, load
+from jobprof.commands._common import add_selection
+from jobprof.commands.summary import load
 from jobprof.fsio import atomic_write
 from jobprof.report import render
 

@@ -15,25 +15,16 @@ from typing import Any
 from tabulate import tabulate
 
 from jobprof import breakdown
-from jobprof.commands._common import new_manager, progress_for
+from jobprof.commands._common import add_selection, new_manager, progress_for, selection
 from jobprof.profile import Profile
-from jobprof.selection import Selection
 from jobprof.summary import summarize
 
 STATS = ("mean", "median", "p95", "worst")
 
 
-def add_selection(p: argparse.ArgumentParser) -> None:
-    """``--iterations`` and ``--rank``, shared by the commands that read a profile."""
-    p.add_argument("--iterations", metavar="A-B", help="only these iterations: 5-20, 5-, -20 or 7")
-    p.add_argument("--rank", type=int, action="append", metavar="R",
-                   help="only this rank (rank_id in info.json; repeat for several)")
-
-
 def load(args: argparse.Namespace) -> tuple[Profile, dict[str, Any]]:
     """The selected profile and its summary model (raises ValueError on a bad selection)."""
-    selection = Selection(args.iterations, args.rank)
-    profile = Profile(args.prof_dir, selection)
+    profile = Profile(args.prof_dir, selection(args))
     manager, _ = new_manager()
     manager.load_entry_points()
     return profile, summarize(profile, manager, progress_for())
