@@ -24,7 +24,7 @@ from jobprof.selection import ALL, Selection
 from jobprof.types import Iteration
 
 #: records of one stream on one device above which it is re-read instead of kept
-LIGHT_RECORDS = 200_000
+LIGHT_RECORDS = 50_000
 
 
 def find_prof_dir(path: Path) -> Path:

@@ -8,7 +8,6 @@ import os
 
 from tabulate import tabulate
 
-from jobprof import bootstrap, options
 from jobprof.commands._common import new_manager
 
 
@@ -20,6 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jobprof import bootstrap, options  # jsonschema: a second of start-up the other commands skip
+
     manager, _ = new_manager()
     text = args.options
     if text is not None and not text.strip():

@@ -8,7 +8,6 @@ import json
 import attrs
 from tabulate import tabulate
 
-from jobprof import options
 from jobprof.commands._common import new_manager
 
 
@@ -19,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jobprof import options  # jsonschema: a second of start-up the other commands skip
+
     manager, _ = new_manager()
     manager.load_entry_points()
     keys: dict[str, list[str]] = {}

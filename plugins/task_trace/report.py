@@ -14,6 +14,7 @@ from typing import Any
 
 from jobprof import optree
 from jobprof.breakdown import COMPUTE
+from jobprof.opcapture import DEVICE_KINDS, DUR, KIND, NAME, START, TID
 from jobprof.opcapture import STREAM as OPS_STREAM
 from jobprof.types import Finding, Section
 
@@ -98,9 +99,28 @@ def top_sections(profile: Any) -> list[Section]:
 
 
 def compute_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
-    """The spans of every task that is not communication: Overlap Analysis's ``Computing``."""
+    """The spans of every task that is not communication: Overlap Analysis's ``Computing``.
+
+    The same tasks as :class:`~jobprof.optree.OpView` (device work on a GPU, else the top-level
+    dispatcher operators) without building the operator tree: the summary asks this of every
+    iteration of every rank.
+    """
     records = streams.get(OPS_STREAM)
     if not records:
         return None
-    view = optree.OpView(records)
-    return {COMPUTE: [(t.start, t.start + t.dur) for t in view.tasks if t.core_type != optree.COMMUNICATION]}
+    comm = optree.COMM_PREFIXES
+    device = [r for r in records if r[KIND] in DEVICE_KINDS]
+    if device:
+        return {COMPUTE: [(r[START], r[START] + r[DUR]) for r in device if not r[NAME].startswith(comm)]}
+    # dispatcher operators (optree.is_dispatch_op, inlined: this runs over every record)
+    ops = sorted((r[START], r[DUR], r[TID], r[NAME]) for r in records if r[KIND] == "cpu_op"
+                 and "::" in r[NAME] and not r[NAME].startswith(("autograd::", "torch::autograd::")))
+    spans = []
+    top_end: dict[int, int] = {}  # thread -> end of its current top-level operator
+    for start, dur, tid, name in ops:
+        if start < top_end.get(tid, -1):
+            continue  # nested in a top-level operator (a collective's inner work is not compute)
+        top_end[tid] = start + dur
+        if not name.startswith(comm):
+            spans.append((start, start + dur))
+    return {COMPUTE: spans}
