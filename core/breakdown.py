@@ -1,9 +1,13 @@
-"""Where an iteration's time went: one partition of ``[start, end)`` into five parts.
+"""Where an iteration's time went: one partition of ``[start, end)`` into six parts.
 
 Plugins report spans by category through ``jobprof_iteration_spans``; this module paints the
 iteration with them, first category first, so every nanosecond lands in exactly one part and
 the parts add up to the iteration time:
 
+0. ``profiler``: jobprof's own hand-over at the previous iteration's end, on the training thread
+   (the core's ``profiler`` stream: the detector's timestamp until the raw line was queued; with
+   task_trace on, mostly the profiler-session swap).  Shown so its cost is never mistaken for
+   the job's; other per-call costs of the collectors (hooks, probes) are spread inside the parts.
 1. ``data_wait``: the loop waited for its DataLoader (dp).
 2. ``communication_not_overlapped``: collectives in flight while no operator computed
    (hccl spans minus task_trace's compute spans, as msprof's Overlap Analysis
@@ -25,6 +29,7 @@ from collections.abc import Iterable, Mapping
 from jobprof.optree import clip, subtract, union
 from jobprof.types import Iteration
 
+PROFILER = "profiler"
 DATA_WAIT = "data_wait"
 COMPUTE = "compute"
 COMMUNICATION = "communication"
@@ -33,8 +38,8 @@ FORWARD_BACKWARD = "forward_backward"
 REFRESH = "refresh"
 
 #: the parts, in painting order; their sum is the iteration time
-PARTS = ("data_wait", "communication_not_overlapped", "forward_backward", "refresh", "free")
-LABELS = {"iteration": "iteration", "data_wait": "data wait",
+PARTS = ("profiler", "data_wait", "communication_not_overlapped", "forward_backward", "refresh", "free")
+LABELS = {"iteration": "iteration", "profiler": "jobprof hand-over", "data_wait": "data wait",
           "communication_not_overlapped": "comm not overlapped", "forward_backward": "FP→BP",
           "refresh": "refresh", "free": "free"}
 
@@ -67,6 +72,8 @@ def paint(it: Iteration, spans: Mapping[str, Spans]) -> tuple[dict[str, int | No
         return _total(mine)
 
     parts: dict[str, int | None] = dict.fromkeys(PARTS)
+    if PROFILER in spans:
+        parts["profiler"] = take(spans[PROFILER])
     if DATA_WAIT in spans:
         parts["data_wait"] = take(spans[DATA_WAIT])
     if COMMUNICATION in spans and COMPUTE in spans:

@@ -13,7 +13,7 @@ from jobprof.profile import Profile
 from jobprof.types import Finding, Section
 
 #: a part of the iteration worth a finding once its share of the run reaches this
-PART_SHARE = {"communication_not_overlapped": 0.15, "free": 0.20, "refresh": 0.30}
+PART_SHARE = {"profiler": 0.05, "communication_not_overlapped": 0.15, "free": 0.20, "refresh": 0.30}
 #: a rank is a straggler when slower than the ranks' median by this much ...
 STRAGGLER_EXCESS = 0.10
 #: ... in at least this share of the iterations compared
@@ -24,6 +24,8 @@ WARMUP_FACTOR = 3.0
 JITTER_FACTOR = 1.5
 
 _ADVICE = {
+    "profiler": "jobprof's own hand-over at each iteration end, on the training thread (with task_trace "
+    "on, mostly PyTorch's profiler-session swap); task_trace l0 or off, or fewer plugins, lower it",
     "communication_not_overlapped": "collectives the loop waited for with nothing computing; larger "
     "DDP buckets, fewer/larger collectives, or overlapping them with compute would help",
     "free": "time outside forward/backward and the optimizer step (host work between steps: logging, "

@@ -25,7 +25,7 @@ import pluggy
 
 from jobprof import hookspec
 from jobprof.opcapture import STREAM as OPS_STREAM
-from jobprof.rawstore import ITERATION_STREAM
+from jobprof.rawstore import ITERATION_STREAM, PROFILER_STREAM
 from jobprof.reporter import REPORTER, Reporter
 from jobprof.types import MetricSet, PluginRecord, Section, WriterSpec
 
@@ -33,7 +33,7 @@ GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
 BUILTIN_DIST = "jobprof"
 #: the core's own raw streams (iterations, operators); no plugin may write them
-CORE_STREAMS = frozenset({ITERATION_STREAM, OPS_STREAM})
+CORE_STREAMS = frozenset({ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM})
 _STREAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _HOOKS = frozenset(n for n in dir(hookspec) if n.startswith("jobprof_"))
 

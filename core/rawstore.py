@@ -23,6 +23,8 @@ from typing import Any
 import attrs
 
 ITERATION_STREAM = "iteration"
+#: the core's own time on the training thread at the previous iteration's end: ``[[start, end]]``
+PROFILER_STREAM = "profiler"
 SEGMENT_ITERATIONS = 100
 SEGMENT_BYTES = 8 * 1024 * 1024
 _SEGMENT_RE = re.compile(r"^raw\.(\d{9})\.jsonl$")

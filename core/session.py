@@ -15,6 +15,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -28,7 +29,7 @@ from jobprof.fsio import write_with_done
 from jobprof.manager import PluginManager
 from jobprof.opcapture import STREAM as OPS_STREAM
 from jobprof.opcapture import Detail, OpCapture
-from jobprof.rawstore import ITERATION_STREAM
+from jobprof.rawstore import ITERATION_STREAM, PROFILER_STREAM
 from jobprof.reporter import REPORTER, Reporter
 from jobprof.sink import Sink
 from jobprof.steps import StepDetector
@@ -58,6 +59,9 @@ class Session:
         self.info: dict[str, Any] = {}
         #: the operator capture, when some plugin asked for operators
         self.ops: OpCapture | None = None
+        #: jobprof's own span at the last iteration end (detector timestamp .. hand-over done):
+        #: it lies in the next iteration, whose raw line carries it (stream ``profiler``)
+        self._own: list[int] | None = None
         manager.on_fail = self._end_failed_plugin
         os.register_at_fork(after_in_child=self._forked)
 
@@ -144,6 +148,8 @@ class Session:
             if self.sink is None and not self._go_live():
                 return
             streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
+            # the first iteration has no hand-over of ours in it: an empty list says 0, not N/A
+            streams[PROFILER_STREAM] = [self._own] if self._own is not None else []
             ops = self.ops
             if ops is not None and ops.state == "capturing":
                 ops.cut(iteration.end_ns)
@@ -153,6 +159,7 @@ class Session:
             for _, result in self.manager.handover(self, iteration):
                 streams.update(result)
             self.sink.submit(iteration.index, streams, self.manager.active_set())
+            self._own = [iteration.end_ns, time.monotonic_ns()]
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
 

@@ -1,7 +1,7 @@
 """The answers ``jobprof summary`` and ``jobprof report`` give: one JSON-ready model of a profile.
 
 :func:`summarize` reads each selected rank's raw data once (streaming), paints every iteration
-into the five parts of :mod:`jobprof.breakdown`, compares the ranks iteration by iteration, asks
+into the six parts of :mod:`jobprof.breakdown`, compares the ranks iteration by iteration, asks
 every plugin for its report sections (``jobprof_report_sections``) and turns all of it into
 numbered findings.  The model's keys are stable (``SCHEMA`` names the version); README's
 "summary --json" section documents them.  Times are milliseconds, shares fractions 0..1, and a
@@ -48,7 +48,10 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
             continue
         it = Iteration.from_record(records[0])
         answers = manager.call("jobprof_iteration_spans", iteration=it, streams=streams)
-        parts, basis = breakdown.paint(it, breakdown.collect(a for _, a in answers))
+        spans = breakdown.collect(a for _, a in answers)
+        if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
+            spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
+        parts, basis = breakdown.paint(it, spans)
         yield {"rank": rank, "device": device, "iteration": index, "start_ns": it.start_ns,
                "skipped": it.skipped, "iteration_ms": _ms(it.end_ns - it.start_ns),
                **{f"{p}_ms": _ms(v) for p, v in parts.items()}, "_basis": basis}

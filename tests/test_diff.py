@@ -169,13 +169,13 @@ def test_cli_text_json_top_and_selection(profiles: dict[str, Path]) -> None:
     assert set(row["b"]) == {"calls_per_iteration", "ms_per_iteration", "median_ms_per_iteration",
                              "us_per_call"}
     parts = [r["part"] for r in model["iteration"]]
-    assert parts == ["iteration", "data_wait", "communication_not_overlapped", "forward_backward",
-                     "refresh", "free"]
+    assert parts == ["iteration", "profiler", "data_wait", "communication_not_overlapped",
+                     "forward_backward", "refresh", "free"]
     assert set(model["iteration"][0]) == {"rank", "part", "a", "b", "delta_ms", "delta_pct",
                                           "delta_mean_ms", "change"}
     assert set(model["iteration"][0]["a"]) == {"mean", "median", "p95"}
     # no dp in these runs: data wait is unknown on both sides, not a change
-    wait = model["iteration"][1]
+    wait = model["iteration"][2]
     assert wait["a"] is None and wait["delta_ms"] is None and wait["change"] == "unchanged"
 
 

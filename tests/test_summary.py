@@ -90,6 +90,8 @@ def test_parts_add_up_and_show_the_known_costs(prof: Path) -> None:
         assert None not in parts, row  # dp, hccl and training_trace were all on
         assert sum(parts) == pytest.approx(row["iteration_ms"], abs=1e-6), row
         assert min(parts) >= 0, row
+        # jobprof's own hand-over at the previous iteration's end: none before iteration 1
+        assert (row["profiler_ms"] == 0) == (row["iteration"] == 1), row
         if row["iteration"] >= 3:  # past warm-up
             assert row["data_wait_ms"] >= 1000 * SAMPLE_S * BATCH * 0.95, row
             assert row["free_ms"] >= 1000 * LOG_S * 0.9, row
@@ -229,12 +231,12 @@ def test_paint_partitions_an_iteration() -> None:
              "forward_backward": [(20, 80)], "refresh": [(80, 100)]}
     parts, basis = breakdown.paint(it, spans)
     # comm not overlapped: 70..90; FP->BP: 20..70; refresh: 90..100; free: 0..5, 15..20
-    assert parts == {"data_wait": 10, "communication_not_overlapped": 20, "forward_backward": 50,
-                     "refresh": 10, "free": 10}
+    assert parts == {"profiler": None, "data_wait": 10, "communication_not_overlapped": 20,
+                     "forward_backward": 50, "refresh": 10, "free": 10}
     assert basis == {"communication_not_overlapped": "compute spans (task_trace)"}
-    parts, basis = breakdown.paint(it, {"communication_blocking": [(75, 85)]})
-    assert parts == {"data_wait": None, "communication_not_overlapped": 10, "forward_backward": 55,
-                     "refresh": 15, "free": 20}
+    parts, basis = breakdown.paint(it, {"communication_blocking": [(75, 85)], "profiler": [(0, 3)]})
+    assert parts == {"profiler": 3, "data_wait": None, "communication_not_overlapped": 10,
+                     "forward_backward": 55, "refresh": 15, "free": 17}
 
 
 class Extra:

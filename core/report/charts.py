@@ -29,7 +29,8 @@ from jobprof.report.svg import (
 
 MAX_BARS = 300
 #: one colour per part of the iteration, in painting order
-PART_COLOURS = dict(zip(PARTS, ("#E69F00", "#D55E00", "#0072B2", "#009E73", "#999999"), strict=True))
+PART_COLOURS = dict(zip(PARTS, ("#CC79A7", "#E69F00", "#D55E00", "#0072B2", "#009E73", "#999999"),
+                        strict=True))
 
 
 def chunks(items: Sequence[Any], limit: int = MAX_BARS) -> list[Sequence[Any]]:
