@@ -1,4 +1,5 @@
-"""Progress bars: ``jobprof export`` draws one on a terminal and prints nothing extra into a pipe."""
+"""Progress bars: ``jobprof export`` and ``summary`` draw one on a terminal and print nothing extra
+into a pipe."""
 
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ def test_export_shows_a_bar_on_a_terminal_and_nothing_in_a_pipe(runner: Runner) 
     # (a fast export may redraw only the first frame before the bar is erased)
     assert "\rdevice_0:" in shown and "/12 [" in shown and "iteration/s" in shown, shown
     assert "12 iteration(s)" in shown
+
+    # summary (and report, diff: the same callback) counts the iterations it reads per rank
+    piped = jobprof_cli("summary", str(prof))
+    assert piped.returncode == 0 and piped.stderr == "" and "\r" not in piped.stdout
+    code, shown = _through_terminal("summary", str(prof))
+    assert code == 0 and "\rrank 0:" in shown and "iteration/s" in shown, shown
+    assert "Iteration time (ms)" in shown
 
 
 def test_progress_wraps_an_iterable_silently_off_a_terminal() -> None:
