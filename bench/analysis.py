@@ -119,8 +119,22 @@ def generate(cache: Path, iterations: int, ranks: int) -> dict[str, Any]:
     return {**meta, "cached": False}
 
 
+#: runs ``jobprof <args>`` and reports its own peak RSS at exit.  Not ``wait4``'s ru_maxrss: Linux
+#: carries the parent's high-water mark across fork and exec into it, so a harness that imported
+#: torch would floor every child at its own size; VmHWM is the exec'd process's own.
+_MEASURED = ("import atexit, sys\n"
+             "def hwm():\n"
+             "    for line in open('/proc/self/status'):\n"
+             "        if line.startswith('VmHWM:'):\n"
+             "            sys.stderr.write('jobprof-bench-vmhwm-kb %s\\n' % line.split()[1])\n"
+             "atexit.register(hwm)\n"
+             "from jobprof.cli import main\n"
+             "sys.argv[0] = 'jobprof'\n"
+             "sys.exit(main(sys.argv[1:]))\n")
+
+
 def _timed(cmd: list[str], cwd: Path) -> dict[str, Any]:
-    """One child run: wall s, CPU s and peak RSS (MB) of that child (``os.wait4``), its stdout."""
+    """One child run: wall s, CPU s (``os.wait4``), its own peak RSS (MB, VmHWM), its stdout."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         began = time.perf_counter()
         child = subprocess.Popen(cmd, env=clean_env(), cwd=str(cwd), stdout=out, stderr=err)
@@ -132,16 +146,18 @@ def _timed(cmd: list[str], cwd: Path) -> dict[str, Any]:
         stdout, stderr = out.read(), err.read()
     if child.returncode != 0:
         raise HarnessError(f"{' '.join(cmd)!r} exited {child.returncode}:\n{stderr[-2000:]}")
-    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime, "peak_mb": usage.ru_maxrss / 1024,
-            "stdout": stdout}
+    hwm = re.findall(r"jobprof-bench-vmhwm-kb (\d+)", stderr)
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_mb": int(hwm[-1]) / 1024 if hwm else usage.ru_maxrss / 1024, "stdout": stdout}
 
 
 def _commands(prof: Path, work: Path) -> dict[str, list[str] | None]:
-    exe, have = str(_jobprof()), _available()
-    commands = {"summary": [exe, "summary", "--json", str(prof)],
-                "report": [exe, "report", str(prof), "-o", str(work / "x.html")],
-                "merge": [exe, "merge", str(prof), "-o", str(work / "m.json")],
-                "export": [exe, "export", "--layout", "cann8", str(prof)]}
+    have = _available()
+    run = [sys.executable, "-c", _MEASURED]  # what the console script runs, measuring itself
+    commands = {"summary": [*run, "summary", "--json", str(prof)],
+                "report": [*run, "report", str(prof), "-o", str(work / "x.html")],
+                "merge": [*run, "merge", str(prof), "-o", str(work / "m.json")],
+                "export": [*run, "export", "--layout", "cann8", str(prof)]}
     return {name: cmd if name in have else None for name, cmd in commands.items()}
 
 

@@ -161,9 +161,12 @@ def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
         if its["gaps"]:
             notes.append(f"rank {r['rank']}: no raw data for iteration(s) {', '.join(its['gaps'])} "
                          "(aged out by storage_limit, or lost in a crash)")
-        for part in ("data_wait", "communication_not_overlapped"):
-            if its["count"] and r["share"].get(part) is None:
-                source = {"data_wait": "dp", "communication_not_overlapped": "hccl"}[part]
-                notes.append(f"rank {r['rank']}: {LABELS[part]} is N/A ({source} was off); that time "
-                             "is counted in the phase it fell in")
+    for part, source in (("data_wait", "dp"), ("communication_not_overlapped", "hccl")):
+        unknown = [r["rank"] for r in model["ranks"]
+                   if r["iterations"]["count"] and r["share"].get(part) is None]
+        if unknown:
+            who = "every rank" if len(unknown) == len(model["ranks"]) else \
+                f"rank(s) {', '.join(map(str, unknown))}"
+            notes.append(f"{LABELS[part]} is N/A on {who} ({source} was off): that time is counted in "
+                         "the phase it fell in")
     return notes

@@ -220,7 +220,8 @@ def test_a_killed_rank_is_summarised_with_what_is_missing(tmp_path: Path) -> Non
     by_rank = {r["rank"]: r for r in model["ranks"]}
     assert by_rank[1]["finished"] is False and by_rank[1]["iterations"]["last"] == 4
     assert any(m.startswith("rank 1: no end_info") for m in model["missing"])
-    assert any(f["key"] == "unfinished" and f["evidence"]["ranks"] == [1] for f in model["findings"])
+    # rank 0 ends by torchrun's SIGTERM (end_info written) or, when that comes late, its SIGKILL
+    assert any(f["key"] == "unfinished" and 1 in f["evidence"]["ranks"] for f in model["findings"])
     # rank 0 never finished iteration 5 either (it waited for rank 1); what both have is compared
     assert model["cross_rank"]["iterations_compared"] == 4
 

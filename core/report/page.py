@@ -100,6 +100,8 @@ def _ranks(model: dict[str, Any]) -> str:
     keys = ("iteration", *breakdown.PARTS)
     rows = []
     for i, r in enumerate(ranks):
+        if not r["iterations"]["count"]:
+            continue  # a rank with no iteration has no breakdown (Missing says why)
         for stat in STATS:
             rows.append([cell(r["rank"], key("ranks", i, "rank")), f"<td>{stat}</td>",
                          *(cell(r["breakdown_ms"][k][stat], key("ranks", i, "breakdown_ms", k, stat), MS)
