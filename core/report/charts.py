@@ -65,7 +65,9 @@ def breakdown(model: dict[str, Any]) -> str:
         by_rank.setdefault(row["rank"], []).append(row)
     if not by_rank:
         return ""
-    y_top = nice_ticks(max(r["iteration_ms"] for rows in by_rank.values() for r in rows))
+    # the scale of what is drawn (bars are means when binned), so one outlier does not flatten them
+    y_top = nice_ticks(max(_mean([r["iteration_ms"] for r in g]) or 0.0
+                           for rows in by_rank.values() for g in chunks(rows)))
     known = [p for p in PARTS if any(r[f"{p}_ms"] is not None for rows in by_rank.values() for r in rows)]
     out = [legend([(PART_COLOURS[p], LABELS[p]) for p in known]
                   + [("#ffffff", f"{LABELS[p]}: N/A") for p in PARTS if p not in known])]
@@ -107,7 +109,9 @@ def _lines(cls: str, title: str, y_label: str, series: dict[int, list[tuple[int,
     points = [p for s in series.values() for p in s]
     if not points:
         return ""
-    ticks = nice_ticks(max(v for _, v in points))
+    binned = {rank: [(statistics.fmean(i for i, _ in g), statistics.fmean(v for _, v in g))
+                     for g in chunks(values)] for rank, values in series.items()}
+    ticks = nice_ticks(max(v for xy in binned.values() for _, v in xy))  # the scale of what is drawn
     frame = Frame(ticks[-1])
     lo, hi = min(i for i, _ in points), max(i for i, _ in points)
 
@@ -116,9 +120,8 @@ def _lines(cls: str, title: str, y_label: str, series: dict[int, list[tuple[int,
 
     svg = [open_svg(cls, title, frame, f'data-series="{len(series)}"'), y_axis(frame, ticks, y_label)]
     keys = []
-    for n, (rank, values) in enumerate(sorted(series.items())):
+    for n, (rank, xy) in enumerate(sorted(binned.items())):
         colour = PALETTE[n % len(PALETTE)]
-        xy = [(statistics.fmean(i for i, _ in g), statistics.fmean(v for _, v in g)) for g in chunks(values)]
         coords = " ".join(f"{fx(i):.1f},{frame.y(v):.1f}" for i, v in xy)
         width = 3 if rank == bold else 1.5
         svg.append(f'<polyline class="series" data-rank="{rank}" points="{coords}" fill="none" '
