@@ -49,14 +49,14 @@ def _parts(model: dict[str, Any], stragglers: list[Finding]) -> list[Finding]:
         mean = worst["breakdown_ms"][part]["mean"]
         iteration = worst["breakdown_ms"]["iteration"]["mean"]
         ranks = sorted(r["rank"] for _, r in hit)
-        where = f"rank {worst['rank']}" if len(model["ranks"]) > 1 else "the run"
+        where = f" on rank {worst['rank']}" if len(model["ranks"]) > 1 else ""
         also = f" (over {threshold:.0%} on ranks {', '.join(map(str, ranks))})" if len(ranks) > 1 else ""
         advice = _ADVICE[part]
         if part == "communication_not_overlapped" and late and worst["rank"] not in late:
             advice = (f"most of it is waiting for rank {', '.join(map(str, sorted(late)))} (the slower "
                       "rank, see its finding), so making that rank faster helps most")
         out.append(Finding(
-            part, f"{LABELS[part]}: {_pct(share)} of iteration time on {where} (mean {mean:.3f} ms of "
+            part, f"{LABELS[part]}: {_pct(share)} of iteration time{where} (mean {mean:.3f} ms of "
             f"{iteration:.3f} ms){also}: {advice}",
             {"rank": worst["rank"], "share": share, "mean_ms": mean, "iteration_mean_ms": iteration,
              "ranks": ranks}, weight=3 if share >= 2 * threshold else 2))
