@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_hccl import KILLED
 
 from conftest import REPO, Runner, jobprof_cli
 from distributions import make_dist
@@ -48,25 +49,6 @@ def jobprof_report_sections(profile):
     return [Section("Acme steps (third party)", ["rank", "steps", "total ms"], rows, key="acme_steps",
                     notes=["counted by acme_report from Profile.iterations"],
                     findings=[Finding("acme", f"acme saw {steps} steps", {"steps": steps})])]
-"""
-
-KILLED = """
-import os, signal, time, torch, torch.distributed as dist
-from torch import nn
-
-dist.init_process_group("gloo")
-rank = dist.get_rank()
-model = nn.Linear(8, 1)
-opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(1, 9):
-    if rank == 1 and step == 5:
-        time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGKILL)
-    model(torch.randn(4, 8)).sum().backward()
-    for p in model.parameters():
-        dist.all_reduce(p.grad)
-    opt.step()
-    opt.zero_grad()
 """
 
 # one rank, many short iterations: the charts must bin them
