@@ -225,7 +225,8 @@ def _remap(cells: list[str], header: list[str], union: list[str]) -> str:
     return out.getvalue()
 
 
-def _start(cell: str) -> float | None:
+def _number(cell: str) -> float | None:
+    """A cell's value, or None for N/A and other text."""
     try:
         return float(cell)
     except ValueError:
@@ -255,7 +256,7 @@ def _concatenate(devices: dict[int, list[Path]], out: _Sliced, problems: list[st
             keyed: list[tuple[float, int, str]] = []
             previous = last
             for (cells, _), text in zip(rows, texts, strict=True):
-                start = _start(cells[index]) if index < len(cells) else None
+                start = _number(cells[index]) if index < len(cells) else None
                 previous = start if start is not None else previous  # N/A stays where it is
                 keyed.append((previous, next(order), text))
             keyed.sort()
@@ -282,13 +283,6 @@ def _emit(out: _Sliced, item: tuple[float, int, str], last: float) -> float:
 _COUNT, _TOTAL, _MIN, _AVG, _MAX, _RATIO = ("Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)",
                                             "Max Time(us)", "Ratio(%)")
 _AGGREGATES = {_COUNT, _TOTAL, _MIN, _AVG, _MAX, _RATIO}
-
-
-def _number(cell: str) -> float | None:
-    try:
-        return float(cell)
-    except ValueError:
-        return None
 
 
 def _statistic(devices: dict[int, list[Path]], out: _Sliced, problems: list[str],
