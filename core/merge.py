@@ -25,6 +25,7 @@ import attrs
 
 from jobprof.export import device_dirs
 from jobprof.profdir import DEVICE_RE
+from jobprof.selection import ranges, window
 
 #: per-iteration timeline file: ``<name>_<device>_<model>_<iteration>.json``
 TIMELINE_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*?)_(?P<device>\d+)_(?P<model>\d+)_(?P<iter>\d+)\.json$")
@@ -106,26 +107,6 @@ def raw_iterations(device_dir: Path) -> set[int]:
                 if m and line.endswith(b"}\n"):
                     found.add(int(m.group(1)))
     return found
-
-
-def ranges(numbers: Iterable[int]) -> str:
-    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
-    out: list[str] = []
-    run: list[int] = []
-    for n in sorted(numbers):
-        if run and n == run[-1] + 1:
-            run.append(n)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [n]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(out)
-
-
-def _window(iterations: tuple[int, int]) -> str:
-    return f"{iterations[0]}-" if iterations[1] >= 2**62 else f"{iterations[0]}-{iterations[1]}"
 
 
 class Rewriter:
@@ -358,18 +339,18 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
         if iterations:
             stored = {i for i in stored if iterations[0] <= i <= iterations[1]}
         if missing := stored - rendered:
-            notes.append(f"{source.label}: iterations {ranges(missing)} have raw data but no timeline file: "
-                         f"run `jobprof export {prof}`")
+            notes.append(f"{source.label}: iterations {', '.join(ranges(missing))} have raw data but no "
+                         f"timeline file: run `jobprof export {prof}`")
         if not files:
-            window = f" in iterations {_window(iterations)}" if iterations else ""
-            notes.append(f"{source.label}: no master timeline (msprof_*.json){window}: left out")
+            where = f" in iterations {window(iterations)}" if iterations else ""
+            notes.append(f"{source.label}: no master timeline (msprof_*.json){where}: left out")
         elif not source.finished:
             notes.append(f"{source.label}: no end_info (the process did not finish): merged iterations "
-                         f"{ranges(rendered)}")
+                         f"{', '.join(ranges(rendered))}")
         plan.append((source, [p for _, _, p in files]))
     if not any(files for _, files in plan):
-        window = f" in iterations {_window(iterations)}" if iterations else ""
-        raise MergeError(f"nothing to merge: no master timeline file{window} for "
+        where = f" in iterations {window(iterations)}" if iterations else ""
+        raise MergeError(f"nothing to merge: no master timeline file{where} for "
                          f"{', '.join(s.label for s in sources)}")
     alignment = align([s for s, files in plan if files], how)
     notes.extend(alignment.notes)
@@ -398,7 +379,8 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
             meta[str(source.rank)] = {
                 "device": source.device, "rank_from": source.rank_from, "hostname": source.hostname,
                 "offset_us": alignment.offsets.get(source.device, 0.0), "finished": source.finished,
-                "iterations": ranges(its), "files": len(files), "events": counts.get(source.device, 0),
+                "iterations": ", ".join(ranges(its)), "files": len(files),
+                "events": counts.get(source.device, 0),
                 "pids": rewriters[group].pids, **alignment.detail.get(source.device, {})}
         writer.close({"jobprof": {
             "prof_dir": str(prof), "timeline": MASTER, "clock": alignment.clock,

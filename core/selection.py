@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import attrs
 
+#: the upper bound of an open range (``--iterations 5-``)
+OPEN = 2**62
 _RANGE = re.compile(r"^\s*(\d+)?\s*(-)?\s*(\d+)?\s*$")
 
 
@@ -17,10 +20,32 @@ def _iterations(text: str | None) -> tuple[int, int] | None:
         raise ValueError(f"--iterations {text!r}: expected N, A-B, A- or -B (iterations count from 1)")
     first, dash, last = match.groups()
     low = int(first) if first else 1
-    high = (int(last) if last else 2**62) if dash else low
+    high = (int(last) if last else OPEN) if dash else low
     if low < 1 or high < low:
         raise ValueError(f"--iterations {text!r}: the range is empty")
     return low, high
+
+
+def window(iterations: tuple[int, int]) -> str:
+    """``(5, 20)`` -> ``"5-20"``; an open range ``(5, OPEN)`` -> ``"5-"``."""
+    low, high = iterations
+    return f"{low}-" if high >= OPEN else f"{low}-{high}"
+
+
+def ranges(numbers: Iterable[int]) -> list[str]:
+    """Runs of consecutive numbers: ``[1, 2, 3, 5]`` -> ``["1-3", "5"]``."""
+    out: list[str] = []
+    run: list[int] = []
+    for n in sorted(numbers):
+        if run and n == run[-1] + 1:
+            run.append(n)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [n]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return out
 
 
 @attrs.frozen
@@ -40,10 +65,7 @@ class Selection:
 
     def describe(self) -> dict[str, object]:
         """The selection as ``summary --json`` shows it."""
-        its = None
-        if self.iterations is not None:
-            low, high = self.iterations
-            its = f"{low}-" if high >= 2**62 else f"{low}-{high}"
+        its = window(self.iterations) if self.iterations is not None else None
         return {"iterations": its, "ranks": sorted(self.ranks) if self.ranks is not None else None}
 
 

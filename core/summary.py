@@ -21,6 +21,7 @@ import attrs
 from jobprof import breakdown, findings, rawstore
 from jobprof.manager import PluginManager
 from jobprof.profile import Profile
+from jobprof.selection import ranges
 from jobprof.stats import describe
 from jobprof.types import NA, Iteration, Section
 
@@ -57,13 +58,9 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
                **{f"{p}_ms": _ms(v) for p, v in parts.items()}, "_basis": basis}
 
 
-def _missing_iterations(indices: list[int]) -> list[str]:
-    """Gaps in a rank's iteration numbers, as ``"5-9"`` ranges."""
-    gaps = []
-    for a, b in itertools.pairwise(indices):
-        if b > a + 1:
-            gaps.append(f"{a + 1}" if b == a + 2 else f"{a + 1}-{b - 1}")
-    return gaps
+def _gaps(indices: list[int]) -> list[str]:
+    """Gaps in a rank's (sorted) iteration numbers, as ``"5-9"`` ranges."""
+    return ranges(n for a, b in itertools.pairwise(indices) for n in range(a + 1, b))
 
 
 def _rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -83,7 +80,7 @@ def _rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> di
         "pid": info.get("pid"), "finished": profile.finished(device),
         "iteration_method": job.get("iteration_method"), "world_size": job.get("world_size"),
         "iterations": {"count": len(rows), "first": index[0] if index else None,
-                       "last": index[-1] if index else None, "gaps": _missing_iterations(index)},
+                       "last": index[-1] if index else None, "gaps": _gaps(index)},
         "breakdown_ms": {k: describe(v, index) for k, v in series.items()},
         "share": share, "basis": basis,
     }

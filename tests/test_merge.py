@@ -16,7 +16,8 @@ from test_hccl import KILLED
 
 from conftest import Runner, check_timeline, free_port, jobprof_cli, raw, torchrun
 from jobprof.clock import ClockAnchor
-from jobprof.merge import PID_BLOCK, merge, ranges
+from jobprof.merge import PID_BLOCK, merge
+from jobprof.selection import ranges
 
 MODEL = 4294967295
 STEPS = 24
@@ -231,7 +232,8 @@ def test_killed_rank_and_missing_timelines(runner: Runner, tmp_path: Path) -> No
     missing = set(raw(prof / "device_0")) - rendered
     assert {2, 3} <= missing, missing
     trace, stderr = merged(prof, tmp_path / "m.json")
-    gap = f"rank 0: iterations {ranges(missing)} have raw data but no timeline file: run `jobprof export"
+    gap = (f"rank 0: iterations {', '.join(ranges(missing))} have raw data but no timeline file: "
+           "run `jobprof export")
     assert gap in stderr, stderr
     assert "rank 1: no end_info (the process did not finish)" in stderr
     groups = by_rank(trace["traceEvents"])
