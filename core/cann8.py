@@ -35,8 +35,8 @@ from typing import Any
 import attrs
 
 from jobprof.export import device_dirs
-from jobprof.merge import TIMELINE_RE, Rewriter, TraceWriter, load_events
-from jobprof.profdir import DEVICE_RE
+from jobprof.merge import Rewriter, TraceWriter, load_events
+from jobprof.profdir import DEVICE_RE, iteration_files
 
 FOLDER = "mindstudio_profiler_output"
 #: msprof splits a table past this many rows (header excluded) into slices
@@ -45,7 +45,6 @@ MAX_ROWS = 1_000_000
 STATISTIC_TABLES = ("op_statistic", "communication_statistic")
 #: the column a table's rows are sorted by within a device (the first one the header has)
 START_COLUMNS = ("Task Start Time(us)", "task_start(us)", "Timestamp(us)", "Start_time(us)", "FP Start(us)")
-SUMMARY_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*?)_(?P<device>\d+)_(?P<model>\d+)_(?P<iter>\d+)\.csv$")
 #: what the assembled files are named: ``<name>_<ts>`` or ``<name>_slice_<n>_<ts>``
 OUTPUT_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*?)(?:_slice_(?P<slice>\d+))?_(?P<ts>\d{14})\.(?:csv|json)$")
 NA = "N/A"
@@ -60,18 +59,14 @@ class Cann8Result:
     problems: tuple[str, ...] = ()
 
 
-def _per_name(prof: Path, folder: str, pattern: re.Pattern[str]) -> dict[str, dict[int, list[Path]]]:
+def _per_name(prof: Path, folder: str) -> dict[str, dict[int, list[Path]]]:
     """``{name: {device: [paths in iteration order]}}`` of one folder kind of every device."""
-    found: dict[str, dict[int, list[tuple[int, int, Path]]]] = {}
+    found: dict[str, dict[int, list[Path]]] = {}
     for device_dir in device_dirs(prof):
         device = int(DEVICE_RE.match(device_dir.name).group(1))
-        for path in (device_dir / folder).glob("*"):
-            m = pattern.match(path.name)
-            if m and int(m["device"]) == device:
-                found.setdefault(m["name"], {}).setdefault(device, []).append(
-                    (int(m["iter"]), int(m["model"]), path))
-    return {name: {dev: [p for *_, p in sorted(files)] for dev, files in sorted(devices.items())}
-            for name, devices in sorted(found.items())}
+        for file in iteration_files(device_dir, folder):
+            found.setdefault(file.name, {}).setdefault(device, []).append(file.path)
+    return {name: dict(sorted(devices.items())) for name, devices in sorted(found.items())}
 
 
 def assemble(prof: Path, stamp: str | None = None,
@@ -79,8 +74,8 @@ def assemble(prof: Path, stamp: str | None = None,
     """Build ``prof/mindstudio_profiler_output`` from the per-iteration files; ``advance(n)``
     is called as input files are done (for a progress bar)."""
     stamp = stamp or dt.datetime.now().strftime("%Y%m%d%H%M%S")
-    tables = _per_name(prof, "summary", SUMMARY_RE)
-    timelines = _per_name(prof, "timeline", TIMELINE_RE)
+    tables = _per_name(prof, "summary")
+    timelines = _per_name(prof, "timeline")
     stage = prof / f".{FOLDER}.{os.getpid()}.tmp"
     shutil.rmtree(stage, ignore_errors=True)
     stage.mkdir()
@@ -115,8 +110,8 @@ def assemble(prof: Path, stamp: str | None = None,
 
 def input_files(prof: Path) -> int:
     """How many per-iteration files :func:`assemble` reads (the progress bar's total)."""
-    return sum(len(paths) for kind in (_per_name(prof, "summary", SUMMARY_RE),
-                                       _per_name(prof, "timeline", TIMELINE_RE))
+    return sum(len(paths) for kind in (_per_name(prof, "summary"),
+                                       _per_name(prof, "timeline"))
                for devices in kind.values() for paths in devices.values())
 
 

@@ -24,11 +24,9 @@ from typing import Any
 import attrs
 
 from jobprof.export import device_dirs
-from jobprof.profdir import DEVICE_RE
+from jobprof.profdir import DEVICE_RE, IterationFile, iteration_files
 from jobprof.selection import ranges, window
 
-#: per-iteration timeline file: ``<name>_<device>_<model>_<iteration>.json``
-TIMELINE_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*?)_(?P<device>\d+)_(?P<model>\d+)_(?P<iter>\d+)\.json$")
 #: the master timeline's writer name (``jobprof.timeline.NAME``)
 MASTER = "msprof"
 #: new pids are ``group * PID_BLOCK + n``: a block of pids per rank (a file has at most 100)
@@ -79,16 +77,6 @@ def read_sources(prof: Path) -> list[RankSource]:
                                   str(info.get("hostname", "N/A")), path,
                                   (path / f"end_info.{device}").exists()))
     return sorted(sources, key=lambda s: (s.rank, s.device))
-
-
-def timeline_files(device_dir: Path, name: str = MASTER) -> list[tuple[int, int, Path]]:
-    """``(iteration, model, path)`` of every ``<name>_*`` timeline of a device, in iteration order."""
-    found = []
-    for path in (device_dir / "timeline").glob(f"{name}_*.json"):
-        m = TIMELINE_RE.match(path.name)
-        if m and m["name"] == name:
-            found.append((int(m["iter"]), int(m["model"]), path))
-    return sorted(found)
 
 
 _INDEX_RE = re.compile(rb'^\{"index":(\d+),')
@@ -254,8 +242,8 @@ class Alignment:
 def collective_ends(device_dir: Path) -> dict[tuple[str, int, str], float]:
     """``{(group, seq, op): end µs}`` of every collective in a device's hccl timelines."""
     ends: dict[tuple[str, int, str], float] = {}
-    for _, _, path in timeline_files(device_dir, "hccl"):
-        for e in load_events(path):
+    for file in iteration_files(device_dir, "timeline", "hccl"):
+        for e in load_events(file.path):
             args = e.get("args") or {}
             if e.get("ph") != "X" or e.get("name") in _P2P or "seq" not in args:
                 continue
@@ -329,12 +317,12 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
     if not sources:
         raise MergeError(f"{prof} has no device_<id> folders")
     notes: list[str] = []
-    plan: list[tuple[RankSource, list[Path]]] = []
+    plan: list[tuple[RankSource, list[IterationFile]]] = []
     for source in sources:
-        files = timeline_files(source.path)
+        files = iteration_files(source.path, "timeline", MASTER)
         if iterations:
-            files = [f for f in files if iterations[0] <= f[0] <= iterations[1]]
-        rendered = {i for i, _, _ in files}
+            files = [f for f in files if iterations[0] <= f.iteration <= iterations[1]]
+        rendered = {f.iteration for f in files}
         stored = raw_iterations(source.path)
         if iterations:
             stored = {i for i in stored if iterations[0] <= i <= iterations[1]}
@@ -347,7 +335,7 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
         elif not source.finished:
             notes.append(f"{source.label}: no end_info (the process did not finish): merged iterations "
                          f"{', '.join(ranges(rendered))}")
-        plan.append((source, [p for _, _, p in files]))
+        plan.append((source, files))
     if not any(files for _, files in plan):
         where = f" in iterations {window(iterations)}" if iterations else ""
         raise MergeError(f"nothing to merge: no master timeline file{where} for "
@@ -357,7 +345,7 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
     flow_ids = iter(range(1, 1 << 62))
     counts: dict[int, int] = {}
     meta: dict[str, Any] = {}
-    todo = [(g, source, path) for g, (source, files) in enumerate(plan) for path in files]
+    todo = [(g, source, f.path) for g, (source, files) in enumerate(plan) for f in files]
     walk: Iterable[Any] = progress(todo, len(todo)) if progress else todo
     with TraceWriter(out) as writer:
         rewriters: dict[int, Rewriter] = {}
@@ -375,7 +363,7 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
         for group, (source, files) in enumerate(plan):
             if not files:
                 continue
-            its = sorted({int(TIMELINE_RE.match(p.name)["iter"]) for p in files})
+            its = {f.iteration for f in files}
             meta[str(source.rank)] = {
                 "device": source.device, "rank_from": source.rank_from, "hostname": source.hostname,
                 "offset_us": alignment.offsets.get(source.device, 0.0), "finished": source.finished,

@@ -19,9 +19,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 JOB_ENV = "JOBPROF_JOB_DIR"
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([0-9A-Z]{16})$")
 DEVICE_RE = re.compile(r"^device_(\d+)$")
+#: a writer's per-iteration file (``WriterSpec.filename``): ``<name>_<device>_<model>_<iteration>.<ext>``
+ITERATION_FILE_RE = re.compile(
+    r"^(?P<name>[a-z][a-z0-9_]*?)_(?P<device>\d+)_(?P<model>\d+)_(?P<iter>\d+)\.(?P<ext>json|csv)$")
+#: the file extension of each per-iteration folder
+FOLDER_EXT = {"timeline": "json", "summary": "csv"}
 
 
 def job_dir(output: str, environ: dict | os._Environ = os.environ) -> Path:
@@ -120,3 +127,26 @@ def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
         "memoryTotal": mem_kb if mem_kb is not None else "N/A",
         **extra,
     }
+
+
+@attrs.frozen(order=True)
+class IterationFile:
+    """One per-iteration file of a device folder; sorts by iteration, then model."""
+
+    iteration: int
+    model: int
+    name: str
+    path: Path
+
+
+def iteration_files(device_dir: Path, folder: str, name: str | None = None) -> list[IterationFile]:
+    """The writers' files in ``device_dir/<folder>`` (``timeline`` or ``summary``), of writer
+    ``name`` or of all, in iteration order; only those named for this folder's device."""
+    device = int(DEVICE_RE.match(device_dir.name).group(1))
+    base = device_dir / folder
+    found = []
+    for path in base.glob(f"{name or '*'}_*.{FOLDER_EXT[folder]}") if base.is_dir() else ():
+        m = ITERATION_FILE_RE.match(path.name)
+        if m and int(m["device"]) == device and (name is None or m["name"] == name):
+            found.append(IterationFile(int(m["iter"]), int(m["model"]), m["name"], path))
+    return sorted(found)

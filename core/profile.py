@@ -12,14 +12,13 @@ cache, which keeps memory bounded on long runs.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from jobprof import rawstore
 from jobprof.export import device_dirs
-from jobprof.profdir import PROF_RE
+from jobprof.profdir import PROF_RE, iteration_files
 from jobprof.selection import ALL, Selection
 from jobprof.types import Iteration
 
@@ -133,18 +132,12 @@ class Profile:
     # -- rendered files -------------------------------------------------------------------
     def summary_files(self, device: int, name: str) -> list[Path]:
         """The selected iterations' ``summary/<name>_<dev>_<model>_<iter>.csv`` files."""
-        return self._files(device, "summary", name, "csv")
+        return self._files(device, "summary", name)
 
     def timeline_files(self, device: int, name: str) -> list[Path]:
         """The selected iterations' ``timeline/<name>_<dev>_<model>_<iter>.json`` files."""
-        return self._files(device, "timeline", name, "json")
+        return self._files(device, "timeline", name)
 
-    def _files(self, device: int, folder: str, name: str, ext: str) -> list[Path]:
-        out = []
-        pattern = re.compile(rf"^{re.escape(name)}_{device}_\d+_(\d+)\.{ext}$")
-        base = self._devices[device] / folder
-        for path in sorted(base.glob(f"{name}_{device}_*.{ext}")) if base.is_dir() else ():
-            match = pattern.match(path.name)
-            if match and self.selection.has_iteration(int(match.group(1))):
-                out.append(path)
-        return sorted(out, key=lambda p: int(pattern.match(p.name).group(1)))
+    def _files(self, device: int, folder: str, name: str) -> list[Path]:
+        return [f.path for f in iteration_files(self._devices[device], folder, name)
+                if self.selection.has_iteration(f.iteration)]

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 from jobprof import export
+from jobprof.profdir import iteration_files
 from jobprof.profile import find_prof_dir
 from jobprof.types import STEP_MODE_MODEL_ID
 
-#: the file name the kineto plugin's writer gets from the core (WriterSpec "kineto", json)
-FILE_RE = re.compile(r"^kineto_(\d+)_(\d+)_(\d+)\.json$")
+#: the kineto plugin's writer (WriterSpec "kineto", json): timeline/kineto_<dev>_<model>_<iter>.json
+WRITER = "kineto"
 #: the rank as HTA reads it: the first lowercase "rank" key (distributedInfo's, near the top)
 RANK_RE = re.compile(r'"rank":\s*(\d+)')
 HEAD_BYTES = 1 << 16
@@ -50,11 +51,8 @@ def gather(prof_dirs: list[Path], output: Path,
     found: dict[str, dict[int, Path]] = {}
     for prof in prof_dirs:
         for device_dir in export.device_dirs(prof):
-            for path in sorted((device_dir / "timeline").glob("kineto_*.json")):
-                match = FILE_RE.match(path.name)
-                if not match:
-                    continue
-                model, index = int(match.group(2)), int(match.group(3))
+            for file in iteration_files(device_dir, "timeline", WRITER):
+                path, model, index = file.path, file.model, file.iteration
                 if iterations and index not in iterations:
                     continue
                 folder = f"iteration_{index}" if model == STEP_MODE_MODEL_ID \
