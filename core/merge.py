@@ -24,7 +24,7 @@ from typing import Any
 import attrs
 
 from jobprof.export import device_dirs
-from jobprof.profdir import DEVICE_RE, IterationFile, iteration_files
+from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
 from jobprof.selection import ranges, window
 
 #: the master timeline's writer name (``jobprof.timeline.NAME``)
@@ -70,10 +70,9 @@ def read_sources(prof: Path) -> list[RankSource]:
             info = {}
         except ValueError as exc:
             raise MergeError(f"{info_path}: not valid JSON ({exc})") from exc
-        rank = info.get("rank_id")
-        has_rank = isinstance(rank, int) and not isinstance(rank, bool)
-        sources.append(RankSource(device, rank if has_rank else device,
-                                  "rank_id" if has_rank else "device id",
+        rank = info_rank(info)
+        sources.append(RankSource(device, device if rank is None else rank,
+                                  "device id" if rank is None else "rank_id",
                                   str(info.get("hostname", "N/A")), path,
                                   (path / f"end_info.{device}").exists()))
     return sorted(sources, key=lambda s: (s.rank, s.device))

@@ -129,6 +129,13 @@ def host_info(device_id: int, extra: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def info_rank(info: dict[str, Any]) -> int | None:
+    """The job rank in a device's info.json (``rank_id``), or None when it has none (``N/A``
+    outside a distributed job): readers then name the device by its id."""
+    rank = info.get("rank_id")
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
+
+
 @attrs.frozen(order=True)
 class IterationFile:
     """One per-iteration file of a device folder; sorts by iteration, then model."""

@@ -18,7 +18,7 @@ from typing import Any
 
 from jobprof import rawstore
 from jobprof.export import device_dirs
-from jobprof.profdir import PROF_RE, iteration_files
+from jobprof.profdir import PROF_RE, info_rank, iteration_files
 from jobprof.selection import ALL, Selection
 from jobprof.types import Iteration
 
@@ -64,9 +64,8 @@ class Profile:
         return list(self._all_devices)
 
     def _rank(self, device: int, folder: Path) -> int:
-        info = self._read_info(device, folder)
-        rank = info.get("rank_id")
-        return rank if isinstance(rank, int) and rank >= 0 else device
+        rank = info_rank(self._read_info(device, folder))
+        return device if rank is None else rank
 
     def rank(self, device: int) -> int:
         """The job rank that wrote ``device`` (``rank_id`` in info.json; the device id without one)."""
