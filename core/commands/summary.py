@@ -17,6 +17,7 @@ from tabulate import tabulate
 from jobprof import breakdown
 from jobprof.commands._common import add_selection, new_manager, progress_for, selection
 from jobprof.profile import Profile
+from jobprof.report.fmt import MS, PCT, text
 from jobprof.summary import summarize
 
 STATS = ("mean", "median", "p95", "worst")
@@ -38,12 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _f(value: float | None, digits: int = 3) -> str:
-    return "N/A" if value is None else f"{value:.{digits}f}"
+def _f(value: float | None) -> str:
+    return text(value, MS)
 
 
 def _pct(value: float | None) -> str:
-    return "N/A" if value is None else f"{100 * value:.1f}%"
+    return text(value, PCT)
 
 
 def render(model: dict[str, Any]) -> str:

@@ -2,8 +2,9 @@
 
 Every number the page shows carries ``data-key`` (its dotted path in ``summary --json``) and
 ``data-value`` (the raw value as JSON), so a reader's tools and the tests can check the page
-against the model.  Precision follows the terminal (``jobprof summary``): 3 decimals for ms,
-1 decimal for percentages, ``N/A`` for a value nobody measured.
+against the model.  ``jobprof summary`` prints through :func:`text` too, so the page and the
+terminal show the same digits: 3 decimals for ms, 1 for percentages, ``N/A`` for a value
+nobody measured.
 """
 
 from __future__ import annotations
