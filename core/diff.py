@@ -26,7 +26,7 @@ from jobprof.manager import PluginManager
 from jobprof.profile import Profile
 from jobprof.selection import Selection
 from jobprof.stats import p95
-from jobprof.summary import Progress, iteration_rows
+from jobprof.summary import Progress, iteration_rows, quiet
 
 SCHEMA = "jobprof.diff/1"
 
@@ -40,10 +40,6 @@ ITERATION_MS = 0.1
 OPERATOR_MS = 0.05
 
 CHANGES = ("slower", "faster", "unchanged", "new", "gone")
-
-
-def _quiet(items: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
-    return items
 
 
 class DiffError(ValueError):
@@ -98,7 +94,7 @@ def read_op_statistic(paths: Iterable[Path]) -> tuple[dict[tuple[str, str], list
     return groups, files
 
 
-def load(path: Path, selection: Selection, manager: PluginManager, progress: Progress = _quiet) -> Side:
+def load(path: Path, selection: Selection, manager: PluginManager, progress: Progress = quiet) -> Side:
     """Read one side (raises FileNotFoundError when ``path`` holds no PROF_ directory)."""
     profile = Profile(path, selection)
     rows: dict[int, list[dict[str, Any]]] = {}

@@ -31,7 +31,8 @@ _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
 Progress = Callable[[Iterable[Any], int | None, str], Iterable[Any]]
 
 
-def _quiet(items: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
+def quiet(items: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
+    """The :data:`Progress` that shows nothing."""
     return items
 
 
@@ -40,7 +41,7 @@ def _ms(ns: int | None) -> float | None:
 
 
 def iteration_rows(profile: Profile, manager: PluginManager, device: int,
-                   progress: Progress = _quiet) -> Iterator[dict[str, Any]]:
+                   progress: Progress = quiet) -> Iterator[dict[str, Any]]:
     """One row per selected iteration of ``device``: its time and parts in ms, and their basis."""
     rank = profile.rank(device)
     for index, streams in progress(profile.streams(device), None, f"rank {rank}"):
@@ -160,7 +161,7 @@ def section_json(section: Section) -> dict[str, Any]:
             "findings": [attrs.asdict(f) for f in section.findings]}
 
 
-def summarize(profile: Profile, manager: PluginManager, progress: Progress = _quiet) -> dict[str, Any]:
+def summarize(profile: Profile, manager: PluginManager, progress: Progress = quiet) -> dict[str, Any]:
     """The whole model; plugins' sections included.  Memory: one small row per iteration and rank."""
     rows_by_rank: dict[int, list[dict[str, Any]]] = {}
     ranks = []
