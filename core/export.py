@@ -78,14 +78,13 @@ def read_meta(device_dir: Path) -> DeviceMeta:
     device_id = int(DEVICE_RE.match(device_dir.name).group(1))
     start = json.loads((device_dir / f"start_info.{device_id}").read_text())
     info = json.loads((device_dir / f"info.json.{device_id}").read_text())
-    options = info.get("jobprof", {}).get("options")
-    config = Config(options, explicit=info.get("jobprof", {}).get("explicit", [])) if options else None
     own = info.get("jobprof", {})
+    options = own.get("options")
+    config = Config(options, explicit=own.get("explicit", [])) if options else None
     job = {"rank_id": info.get("rank_id", "N/A"), "world_size": own.get("world_size", "N/A"),
            "backend": own.get("backend", "N/A")}
     return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config,
-                      str(info.get("pid_name", "")), info.get("jobprof", {}).get("calibration") or {},
-                      job=job)
+                      str(info.get("pid_name", "")), own.get("calibration") or {}, job=job)
 
 
 def with_metrics(meta: DeviceMeta, manager: PluginManager) -> DeviceMeta:
