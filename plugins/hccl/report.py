@@ -52,10 +52,10 @@ def communication_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | N
     """Every collective's span, and those the loop is known to have waited for: synchronous
     calls in full, and for DDP's buckets the stretch from the last bucket's launch (the backward
     pass has no compute left then) to the last bucket's end."""
-    records = [r for r in streams.get(STREAM, ()) if isinstance(r, dict) and not r.get("duration_unknown")
-               and r.get("start_ns") is not None and r.get("end_ns") is not None]
     if STREAM not in streams:
         return None
+    records = [r for r in streams[STREAM] if isinstance(r, dict) and not r.get("duration_unknown")
+               and r.get("start_ns") is not None and r.get("end_ns") is not None]
     blocking = [(r["start_ns"], r["end_ns"]) for r in records
                 if not r.get("async") and not r.get("in_backward")]
     buckets = [r for r in records if r.get("in_backward")]
