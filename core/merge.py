@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import attrs
 
+from jobprof import rawstore
 from jobprof.export import device_dirs
 from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
 from jobprof.selection import ranges, window
@@ -76,24 +76,6 @@ def read_sources(prof: Path) -> list[RankSource]:
                                   str(info.get("hostname", "N/A")), path,
                                   (path / f"end_info.{device}").exists()))
     return sorted(sources, key=lambda s: (s.rank, s.device))
-
-
-_INDEX_RE = re.compile(rb'^\{"index":(\d+),')
-
-
-def raw_iterations(device_dir: Path) -> set[int]:
-    """Iterations whose raw line is on disk, read from each line's prefix without decoding it
-    (rawstore writes ``{"index":N,...}``); a torn line (no newline) is left out as readers do."""
-    from jobprof import rawstore
-
-    found = set()
-    for segment in rawstore.segments(device_dir):
-        with open(segment, "rb") as handle:
-            for line in handle:
-                m = _INDEX_RE.match(line)
-                if m and line.endswith(b"}\n"):
-                    found.add(int(m.group(1)))
-    return found
 
 
 class Rewriter:
@@ -322,7 +304,7 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
         if iterations:
             files = [f for f in files if iterations[0] <= f.iteration <= iterations[1]]
         rendered = {f.iteration for f in files}
-        stored = raw_iterations(source.path)
+        stored = rawstore.indices(source.path)
         if iterations:
             stored = {i for i in stored if iterations[0] <= i <= iterations[1]}
         if missing := stored - rendered:
