@@ -13,10 +13,8 @@ from typing import Any
 from jobprof.hookspec import hookimpl
 from jobprof.plugins.training_trace.points import PointCollector
 from jobprof.plugins.training_trace.report import phase_spans
-from jobprof.plugins.training_trace.writer import add_to_master, render_csv, render_json
+from jobprof.plugins.training_trace.writer import STREAM, add_to_master, render_csv, render_json
 from jobprof.types import WriterSpec
-
-STREAM = "training_trace"
 
 
 @hookimpl

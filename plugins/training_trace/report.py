@@ -9,17 +9,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobprof.breakdown import FORWARD_BACKWARD, REFRESH
+from jobprof.plugins.training_trace.writer import STREAM, fp_bp
 from jobprof.types import Iteration
-
-STREAM = "training_trace"
 
 
 def phase_spans(iteration: Iteration, streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
     """FP Start .. BP End and BP End .. the iteration's end, with marked points preferred."""
     if STREAM not in streams:
         return None
-    rec = streams[STREAM][0] if streams[STREAM] else {}
-    fp, bp = rec.get("fp_start", iteration.fp_start_ns), rec.get("bp_end", iteration.bp_end_ns)
+    fp, bp = fp_bp(iteration, streams[STREAM])
     out: dict[str, list] = {}
     if fp is not None and bp is not None and bp >= fp:
         out[FORWARD_BACKWARD] = [(fp, bp)]

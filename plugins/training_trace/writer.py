@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobprof.timeline import DEVICE_PROCESS, Timeline, device_label
-from jobprof.types import NA, ExportContext
+from jobprof.types import NA, ExportContext, Iteration
 
+#: the plugin's raw stream: one record per iteration with its marked points
+STREAM = "training_trace"
 HEADER = ["Device_id", "Iteration ID", "FP Start(us)", "BP End(us)", "Iteration End(us)",
           "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)",
           "Model ID"]
@@ -16,13 +19,16 @@ REDUCE_OPS = {"all_reduce", "all_reduce_coalesced", "allreduce", "hcom_allreduce
               "reduce_scatter_tensor", "reduce_scatter_tensor_coalesced"}
 
 
+def fp_bp(it: Iteration, records: Sequence[Mapping[str, Any]]) -> tuple[int | None, int | None]:
+    """FP Start and BP End of an iteration: the stream's marked points, else the detector's."""
+    rec = records[0] if records else {}
+    return rec.get("fp_start", it.fp_start_ns), rec.get("bp_end", it.bp_end_ns)
+
+
 def step_values(ctx: ExportContext) -> dict[str, Any]:
     """Monotonic-ns facts of the iteration: start, end, fp, bp and the reduce spans."""
     it = ctx.iteration
-    records = ctx.records("training_trace")
-    rec = records[0] if records else {}
-    fp = rec.get("fp_start", it.fp_start_ns)
-    bp = rec.get("bp_end", it.bp_end_ns)
+    fp, bp = fp_bp(it, ctx.records(STREAM))
     reduces = sorted((r["start_ns"], r["end_ns"]) for r in ctx.records("hccl")
                      if str(r.get("op", "")).lower() in REDUCE_OPS
                      and it.start_ns <= r.get("start_ns", -1) <= it.end_ns)
