@@ -61,7 +61,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobprof.hookspec import hookimpl
-from jobprof.plugins.kineto.writer import NAME_PREFIX, render
+from jobprof.plugins.kineto.writer import SPEC
 from jobprof.types import WriterSpec
 
 KEY = "kineto_trace"
@@ -96,6 +96,4 @@ def jobprof_session_start(session: Any) -> None:
 def jobprof_writers(config: Any) -> list[WriterSpec]:
     if not enabled(config):
         return []
-    return [WriterSpec(NAME_PREFIX, "json", render,
-                       "the iteration in PyTorch profiler's JSON format (ProfilerStep#<iter-1>, "
-                       "distributedInfo): for HTA and Perfetto")]
+    return [SPEC]

@@ -23,7 +23,7 @@ from typing import Any
 from jobprof import optree
 from jobprof.lanes import LANE_STRIDE, assign_lanes
 from jobprof.opcapture import CORR, DEVICE, DTYPES, DUR, EXTRA, KIND, LINK, NAME, SHAPES, START, STRIDES, TID
-from jobprof.types import NA, ExportContext
+from jobprof.types import NA, ExportContext, WriterSpec
 
 NAME_PREFIX = "kineto"
 #: ts values are µs since this instant (2023-11-14T22:13:20Z), the same in every file, so the
@@ -294,7 +294,7 @@ def render(ctx: ExportContext) -> str:
     _mstx(b, skip_record_function=view is not None)
     _dataloader(b)
     sources = ["iteration", *(s for s in _SOURCES if ctx.records(s))]
-    name = f"{NAME_PREFIX}_{ctx.device_id}_{it.model_id}_{it.index}.json"
+    name = SPEC.filename(ctx.device_id, it.model_id, it.index)
     doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": []}
     info = distributed_info(ctx.job)
     if info is not None:
@@ -322,3 +322,7 @@ _NOTES = {
     "none": "no operator records for this iteration (task_trace off?): ProfilerStep, step phases, "
             "collectives and markers only; no device work",
 }
+
+#: the plugin's one writer: ``timeline/kineto_<device>_<model>_<iteration>.json``
+SPEC = WriterSpec(NAME_PREFIX, "json", render, "the iteration in PyTorch profiler's JSON format "
+                  "(ProfilerStep#<iter-1>, distributedInfo): for HTA and Perfetto")
