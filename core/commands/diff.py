@@ -16,7 +16,7 @@ from typing import Any
 from tabulate import tabulate
 
 from jobprof import breakdown, diff
-from jobprof.commands._common import add_selection, new_manager, progress_for, selection
+from jobprof.commands._common import add_selection, narrowed, new_manager, progress_for, selection
 
 #: operator / collective rows shown on a terminal without --top
 TOP = 20
@@ -51,10 +51,9 @@ def _get(entry: dict[str, Any] | None, key: str) -> float | None:
 
 def _side(name: str, side: dict[str, Any]) -> str:
     per_rank = ", ".join(f"rank {r}: {n}" for r, n in side["iterations_per_rank"].items())
-    narrowed = ", ".join(f"{k} {v if k == 'iterations' else ','.join(map(str, v))}"
-                         for k, v in side["selection"].items() if v is not None)
+    sel = narrowed(side["selection"])
     return (f"{name}: {side['prof_dir']}  ({len(side['ranks'])} rank(s), {side['iterations']} iteration(s): "
-            f"{per_rank}{'; ' + narrowed if narrowed else ''})")
+            f"{per_rank}{'; ' + sel if sel else ''})")
 
 
 def render(model: dict[str, Any], top: int | None) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from tabulate import tabulate
 
 from jobprof import breakdown
-from jobprof.commands._common import add_selection, new_manager, progress_for, selection
+from jobprof.commands._common import add_selection, narrowed, new_manager, progress_for, selection
 from jobprof.profile import Profile
 from jobprof.report.fmt import MS, PCT, text
 from jobprof.summary import summarize
@@ -51,10 +51,8 @@ def render(model: dict[str, Any]) -> str:
     """The model as terminal text."""
     out: list[str] = []
     ranks = model["ranks"]
-    sel = model["selection"]
-    narrowed = ", ".join(f"{k} {v if k == 'iterations' else ','.join(map(str, v))}"
-                         for k, v in sel.items() if v is not None)
-    out.append(f"{model['prof_dir']}  ({len(ranks)} rank(s){'; ' + narrowed if narrowed else ''})")
+    sel = narrowed(model["selection"])
+    out.append(f"{model['prof_dir']}  ({len(ranks)} rank(s){'; ' + sel if sel else ''})")
     if ranks:
         rows = [[r["rank"], r["device"], r["hostname"] or "N/A", r["iterations"]["count"],
                  f"{r['iterations']['first']}-{r['iterations']['last']}" if r["iterations"]["count"] else "-",
