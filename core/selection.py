@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -46,6 +46,13 @@ def ranges(numbers: Iterable[int]) -> list[str]:
     if run:
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     return out
+
+
+def narrowed(described: Mapping[str, object], sep: str = ", ", rank_sep: str = ",") -> str:
+    """A model's ``selection`` (:meth:`Selection.describe`) as text, ``"iterations 5-20, ranks 0,1"``;
+    empty when nothing was narrowed."""
+    return sep.join(f"{k} {v if k == 'iterations' else rank_sep.join(map(str, v))}"
+                    for k, v in described.items() if v is not None)
 
 
 @attrs.frozen

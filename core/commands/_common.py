@@ -42,9 +42,3 @@ def selection(args: argparse.Namespace, iterations: str | None = None) -> Select
     ranks = None if args.rank is None else [r for group in args.rank for r in group]
     return Selection(args.iterations if iterations is None else iterations, ranks)
 
-
-def narrowed(described: dict[str, Any]) -> str:
-    """A model's ``selection`` (:meth:`Selection.describe`) as text: ``"iterations 5-20, ranks 0,1"``;
-    empty when nothing was narrowed."""
-    return ", ".join(f"{k} {v if k == 'iterations' else ','.join(map(str, v))}"
-                     for k, v in described.items() if v is not None)

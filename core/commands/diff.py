@@ -16,7 +16,8 @@ from typing import Any
 from tabulate import tabulate
 
 from jobprof import breakdown, diff
-from jobprof.commands._common import add_selection, narrowed, new_manager, progress_for, selection
+from jobprof.commands._common import add_selection, new_manager, progress_for, selection
+from jobprof.selection import narrowed
 
 #: operator / collective rows shown on a terminal without --top
 TOP = 20

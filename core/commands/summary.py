@@ -15,9 +15,10 @@ from typing import Any
 from tabulate import tabulate
 
 from jobprof import breakdown
-from jobprof.commands._common import add_selection, narrowed, new_manager, progress_for, selection
+from jobprof.commands._common import add_selection, new_manager, progress_for, selection
 from jobprof.profile import Profile
 from jobprof.report.fmt import MS, PCT, text
+from jobprof.selection import narrowed
 from jobprof.summary import summarize
 
 STATS = ("mean", "median", "p95", "worst")

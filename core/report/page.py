@@ -13,6 +13,7 @@ from typing import Any
 from jobprof import breakdown
 from jobprof.report import charts
 from jobprof.report.fmt import MS, PCT, cell, key, num, table
+from jobprof.selection import narrowed
 
 STATS = ("mean", "median", "p95", "worst")
 #: sections the page places itself; every other one (third-party ones too) follows as a table
@@ -50,14 +51,12 @@ def _notes(notes: list[str]) -> str:
 
 
 def _header(model: dict[str, Any], generated: str) -> str:
-    sel = model["selection"]
-    narrowed = "; ".join(f"{k} {v if k == 'iterations' else ', '.join(map(str, v))}"
-                         for k, v in sel.items() if v is not None) or "all iterations, all ranks"
+    sel = narrowed(model["selection"], "; ", ", ") or "all iterations, all ranks"
     ranks = ", ".join(str(r["rank"]) for r in model["ranks"]) or "none"
     return (f"<h1>jobprof report</h1>"
             f'<p class="meta"><b>Profile</b> <code>{escape(model["prof_dir"])}</code></p>'
             f'<p class="meta"><b>Ranks</b> {escape(ranks)} ({len(model["ranks"])}) &nbsp; '
-            f"<b>Selection</b> {escape(narrowed)} &nbsp; <b>Generated</b> {escape(generated)} &nbsp; "
+            f"<b>Selection</b> {escape(sel)} &nbsp; <b>Generated</b> {escape(generated)} &nbsp; "
             f'<b>Model</b> {escape(model["schema"])}</p>')
 
 
