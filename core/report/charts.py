@@ -33,15 +33,15 @@ PART_COLOURS = dict(zip(PARTS, ("#CC79A7", "#E69F00", "#D55E00", "#0072B2", "#00
                         strict=True))
 
 
-def chunks(items: Sequence[Any], limit: int = MAX_BARS) -> list[Sequence[Any]]:
-    """``items`` cut into at most ``limit`` runs of equal length (the last may be shorter)."""
-    size = max(1, math.ceil(len(items) / limit))
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
 def per_bar(n: int, limit: int = MAX_BARS) -> int:
     """How many consecutive iterations one bar or point stands for."""
     return max(1, math.ceil(n / limit))
+
+
+def chunks(items: Sequence[Any], limit: int = MAX_BARS) -> list[Sequence[Any]]:
+    """``items`` cut into at most ``limit`` runs of equal length (the last may be shorter)."""
+    size = per_bar(len(items), limit)
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
