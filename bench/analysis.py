@@ -29,7 +29,6 @@ import os
 import pstats
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -38,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env
+from common import HarnessError, clean_env, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = ROOT / "examples" / "train_ddp.py"
@@ -50,12 +49,6 @@ TARGET_S = 10.0  # summary, report of 1,000 x 4: "in seconds"
 TARGET_MB = 500.0
 TARGETED = ("summary", "report")
 MARKER = "bench-analysis.json"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _jobprof() -> Path:
@@ -102,7 +95,7 @@ def generate(cache: Path, iterations: int, ranks: int) -> dict[str, Any]:
     env = clean_env({"PROFILING_MODE": "true",
                      "PROFILING_OPTIONS": json.dumps({"output": str(out), **OPTIONS})})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={ranks}",
-           "--master_addr=127.0.0.1", f"--master_port={_free_port()}", str(JOB),
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(JOB),
            "--steps", str(iterations), "--batch", str(BATCH)]
     began = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=str(folder), capture_output=True, text=True, timeout=3600)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import time
@@ -17,6 +18,13 @@ from typing import Any
 _SCRUB_PREFIXES = ("PROFILING_", "JOBPROF_")
 _SCRUB_NAMES = {"PYTHONPATH", "PYTHONSTARTUP", "PYTHONPROFILEIMPORTTIME", "PYTHONINSPECT",
                 "PYTHONVERBOSE", "PYTHONDEVMODE", "PYTHONTRACEMALLOC", "PYTHONNOUSERSITE"}
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a gloo rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class HarnessError(RuntimeError):

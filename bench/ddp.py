@@ -26,7 +26,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env, summary, timed_run, verdict
+from common import HarnessError, clean_env, free_port, summary, timed_run, verdict
 
 HERE = Path(__file__).resolve()
 TARGET_RATIO = 1.02
@@ -48,12 +47,6 @@ WIDTH_IN, WIDTH, CLASSES, BATCH, BATCHES = 512, 768, 10, 32, 8
 #: (a bucket closes at the first parameter that takes it past the cap)
 BUCKET_MB = 1
 COST_CALLS = 20_000
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # -- the DDP job (python bench/ddp.py job PORT STEPS TIMINGS) ------------------------------------
