@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 from jobprof.manager import PluginManager
@@ -27,6 +28,11 @@ def _ranks(text: str) -> list[int]:
         return [int(r) for r in text.split(",") if r.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a rank number or R1,R2, got {text!r}") from None
+
+
+def add_prof_dir(p: argparse.ArgumentParser) -> None:
+    """The ``prof_dir`` argument of every command that reads one profile."""
+    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
 
 
 def add_selection(p: argparse.ArgumentParser, iterations_help: str = "") -> None:

@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 
 from jobprof import cann8, export, rawstore
-from jobprof.commands._common import new_manager
+from jobprof.commands._common import add_prof_dir, new_manager
 from jobprof.profile import find_prof_dir
 from jobprof.progress import bar
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="re-render timeline/ and summary/ files from raw data (idempotent)")
-    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+    add_prof_dir(p)
     p.add_argument("--layout", choices=("old", "cann8"), default="old",
                    help="old: per-iteration files under device_<id>/ (CANN 6/7); cann8: also "
                         f"{cann8.FOLDER}/<name>_<timestamp>.csv|json with every device and iteration "

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.commands._common import add_selection, selection
+from jobprof.commands._common import add_prof_dir, add_selection, selection
 from jobprof.merge import ALIGNS, MergeError, merge
 from jobprof.profile import find_prof_dir
 from jobprof.progress import progress
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "merge", help="merge every rank's master timelines into one Chrome-trace file (one process "
                       "group per rank, one time axis)")
-    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+    add_prof_dir(p)
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="the merged file (default: merged.json in the PROF_ directory)")
     p.add_argument("--align", choices=ALIGNS, default="clock",

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.commands._common import add_selection
+from jobprof.commands._common import add_prof_dir, add_selection
 from jobprof.commands.summary import load
 from jobprof.fsio import atomic_write
 from jobprof.report import render
@@ -20,7 +20,7 @@ from jobprof.report import render
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="the summary as one self-contained HTML page with charts")
-    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+    add_prof_dir(p)
     p.add_argument("-o", "--output", type=Path, default=Path("report.html"),
                    help="the HTML file to write (default: report.html in the current directory)")
     add_selection(p)

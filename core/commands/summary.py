@@ -9,13 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
 from jobprof import breakdown
-from jobprof.commands._common import add_selection, new_manager, progress_for, selection
+from jobprof.commands._common import add_prof_dir, add_selection, new_manager, progress_for, selection
 from jobprof.profile import Profile
 from jobprof.report.fmt import MS, PCT, text
 from jobprof.selection import narrowed
@@ -34,7 +33,7 @@ def load(args: argparse.Namespace) -> tuple[Profile, dict[str, Any]]:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("summary", help="per-rank iteration breakdown, top operators, collectives, findings")
-    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+    add_prof_dir(p)
     p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see README)")
     add_selection(p)
     p.set_defaults(func=run)
