@@ -141,10 +141,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def torchrun(runner: Runner, script: Path, nproc: int) -> Path:
-    """A launcher script running ``script`` under torchrun with ``nproc`` local ranks."""
+def torchrun(runner: Runner, script: Path, nproc: int, *args: str) -> Path:
+    """A launcher script running ``script`` (with ``args``) under torchrun with ``nproc`` local ranks."""
     return runner.script(
         "import sys, runpy\n"
         f"sys.argv = ['torchrun', '--nnodes=1', '--nproc_per_node={nproc}', '--master_addr=127.0.0.1', "
-        f"'--master_port={free_port()}', {str(script)!r}]\n"
+        f"'--master_port={free_port()}', {str(script)!r}, *{list(args)!r}]\n"
         "runpy.run_module('torch.distributed.run', run_name='__main__')\n", "launch.py")

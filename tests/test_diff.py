@@ -6,12 +6,11 @@ with and without one extra broadcast per step for the collectives and the per-ra
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
-from conftest import Runner, jobprof_cli
+from conftest import Runner, free_port, jobprof_cli
 from jobprof import diff
 from jobprof.manager import PluginManager
 from jobprof.reporter import Reporter
@@ -63,12 +62,6 @@ def run(rank, port, steps, extra):
 if __name__ == "__main__":
     mp.spawn(run, args=(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "extra"), nprocs=2)
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _profile(factory: pytest.TempPathFactory, name: str, body: str, options: dict, args: list[str]) -> Path:

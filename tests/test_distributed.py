@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
-from conftest import read_csv
+from conftest import read_csv, torchrun
 
 DDP = """
 import torch, torch.distributed as dist
@@ -27,20 +26,9 @@ dist.destroy_process_group()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_torchrun_two_ranks(runner, monkeypatch):
-    script = runner.script(DDP, "ddp.py")
-    launcher = runner.script(
-        "import sys, runpy\n"
-        f"sys.argv = ['torchrun', '--nnodes=1', '--nproc_per_node=2', '--master_addr=127.0.0.1', "
-        f"'--master_port={free_port()}', {str(script)!r}]\n"
-        "runpy.run_module('torch.distributed.run', run_name='__main__')\n", "launch.py")
+    launcher = torchrun(runner, runner.script(DDP, "ddp.py"), 2)
     runner.run(launcher, {"training_trace": "on"}, timeout=240)
     prof = runner.prof_dirs()
     assert len(prof) == 1, prof

@@ -10,13 +10,12 @@ Holistic Trace Analysis's temporal breakdown agrees with op_summary.
 from __future__ import annotations
 
 import json
-import socket
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from conftest import Runner, jobprof_cli, raw, read_csv
+from conftest import Runner, free_port, jobprof_cli, raw, read_csv
 from jobprof.clock import ClockAnchor
 from jobprof.plugins.kineto.writer import BASE_NS, PSEUDO_PID_BASE
 
@@ -44,12 +43,6 @@ def run(rank, port):
 if __name__ == "__main__":
     mp.spawn(run, args=(int(sys.argv[1]),), nprocs=2)
 """.replace("{steps}", str(STEPS))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import socket
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 import pytest
 from test_hccl import KILLED
 
-from conftest import REPO, Runner, jobprof_cli
+from conftest import REPO, Runner, jobprof_cli, torchrun
 from distributions import make_dist
 
 STEPS = 12
@@ -62,20 +61,6 @@ for _ in range({n}):
     opt.step()
     opt.zero_grad()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def torchrun(runner: Runner, script: Path, *args: str) -> Path:
-    return runner.script(
-        "import sys, runpy\n"
-        f"sys.argv = ['torchrun', '--nnodes=1', '--nproc_per_node=2', '--master_addr=127.0.0.1', "
-        f"'--master_port={free_port()}', {str(script)!r}, *{list(args)!r}]\n"
-        "runpy.run_module('torch.distributed.run', run_name='__main__')\n", "launch.py")
 
 
 # -- the browser ---------------------------------------------------------------------------------
@@ -250,7 +235,7 @@ def acme(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def ddp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     runner = Runner(tmp_path_factory.mktemp("report_ddp"))
-    launcher = torchrun(runner, REPO / "examples" / "train_ddp.py", "--steps", str(STEPS))
+    launcher = torchrun(runner, REPO / "examples" / "train_ddp.py", 2, "--steps", str(STEPS))
     runner.run(launcher, {"training_trace": "on", "task_trace": "on", "hccl": "on", "dp": "on"}, timeout=300)
     [prof] = runner.prof_dirs()
     return prof
@@ -314,7 +299,7 @@ def test_bad_input_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_partial_profile_lists_what_is_missing(browser: Any, runner: Runner, tmp_path: Path) -> None:
-    launcher = torchrun(runner, runner.script(KILLED, "killed.py"))
+    launcher = torchrun(runner, runner.script(KILLED, "killed.py"), 2)
     proc = runner.run(launcher, {"training_trace": "on", "hccl": "on"}, timeout=300, check=False)
     assert proc.returncode != 0  # torchrun reports the killed rank
     [prof] = runner.prof_dirs()
