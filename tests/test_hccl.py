@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -386,6 +387,43 @@ def test_single_process_with_hccl_on_writes_no_hccl_file(runner: Runner) -> None
     assert not list(device.glob("timeline/hccl_*")) and not list(device.glob("summary/communication_*"))
 
 
+
+
+def test_a_done_future_lands_in_its_own_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A work whose future is done when its iteration is handed over is in that iteration,
+    even while its completion callback still waits for the GIL (the future is marked done
+    before its callbacks run, the work after them).  With no grace at all the hand-over ends
+    it itself ("observed"); before this, such a record slipped into the next iteration, or
+    out of the job's last one (DDP's last bucket)."""
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    from jobprof.plugins.hccl import capture as capture_mod
+    from jobprof.types import Iteration
+
+    monkeypatch.setattr(capture_mod, "GRACE_S", 0.0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1000)  # the training thread keeps the GIL: the callback waits for it
+    try:
+        capture = capture_mod.Capture(torch, pytest.fail)
+        capture.install()
+        tensor, taken = torch.ones(10_000_000), []
+        for index in range(1, 21):
+            work = dist.all_reduce(tensor, async_op=True)
+            future = work.get_future()
+            while not future.done():
+                pass
+            taken.append([(r["seq"], r["end_from"]) for r in
+                          capture.take(Iteration(index, 0, time.monotonic_ns(), "explicit"))])
+        capture.uninstall()
+    finally:
+        sys.setswitchinterval(interval)
+        dist.destroy_process_group()
+    assert [[seq for seq, _ in records] for records in taken] == [[i] for i in range(20)]
+    assert {end for records in taken for _, end in records} <= {"completion", "observed"}
 
 
 def test_capture_in_process_and_uninstall_restores_torch() -> None:

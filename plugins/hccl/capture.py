@@ -15,7 +15,8 @@ When an operation ends (every end is an upper bound of the true one; ``end_from`
 * ``wait``: ``Work.wait()`` returned.  Synchronous Python calls wait at once and end only so
   (no callback: cheaper, as exact); for the others the first of this and the callback wins.
   Works without a future (gloo send/recv, reduce_scatter_tensor) end so too, or
-  ``observed``: the hand-over found them completed.
+  ``observed``: the hand-over found them completed (so too a future whose callback did not
+  get the GIL within ``GRACE_S`` of the hand-over).
 * ``backward end``: DistributedDataParallel's reducer waits for every bucket all-reduce before
   ``backward()`` returns, so BP End bounds those issued by the autograd engine.
 * ``cuda events``: CUDA tensors (NCCL): the backend times the collective with CUDA events
@@ -69,8 +70,8 @@ class Capture:
         self._torch, self._warn = torch, warn
         self._c10d = c10d
         self._done: deque[dict[str, Any]] = deque()
-        #: works not ended yet: id(work) -> (record, work, how its end is learnt)
-        self._open: dict[int, tuple[dict[str, Any], Any, str]] = {}
+        #: works not ended yet: id(work) -> (record, work, how its end is learnt, its future)
+        self._open: dict[int, tuple[dict[str, Any], Any, str, Any]] = {}
         self._groups: dict[str, dict[str, Any]] = {}  # by group name
         self._lib: Any = None
         self._wait_original: Any = None
@@ -180,19 +181,19 @@ class Capture:
         key = id(work)  # unique while the work is held in _open
         if first is not None and first.is_cuda:
             self._time_on_device(pg, group)
-            self._open[key] = (record, work, _DEVICE)
+            self._open[key] = (record, work, _DEVICE, None)
             return
         if record["async"] is False and not in_backward:
             # a synchronous Python call: it waits at once, and wait() ends it with no
             # callback (each callback costs a GIL hand-over on the backend's thread)
-            self._open[key] = (record, work, _WAIT)
+            self._open[key] = (record, work, _WAIT, None)
             return
         try:
             future = work.get_future()
         except RuntimeError:  # this work type has no future: wait(), or a later look, ends it
-            self._open[key] = (record, work, _WAIT)
+            self._open[key] = (record, work, _WAIT, None)
             return
-        self._open[key] = (record, work, _FUTURE)
+        self._open[key] = (record, work, _FUTURE, future)
         future.add_done_callback(lambda fut: self._finished(key, "completion", fut))
 
     def _group(self, pg: Any) -> dict[str, Any]:
@@ -241,16 +242,24 @@ class Capture:
 
         An operation belongs to the iteration in which it started; one still running when that
         iteration is handed over goes to the first iteration handed over after it ended.  A
-        work the backend reports complete but whose callback still waits for the GIL is waited
-        for (at most ``GRACE_S``), so it lands in its own iteration.
+        work whose future is complete but whose callback still waits for the GIL is waited for
+        (at most ``GRACE_S``), then ended here, so it lands in its own iteration.  Only the
+        future tells: it is marked done before its callbacks run, the work only after them
+        (DDP's last bucket of a job's last iteration was lost in that window).
         """
         end_ns = iteration.end_ns
         deadline = time.monotonic() + GRACE_S
         while True:
             self._poll()
-            late = [1 for record, work, kind in list(self._open.values())
-                    if kind == _FUTURE and record["start_ns"] <= end_ns and work.is_completed()]
-            if not late or time.monotonic() > deadline:
+            late = [key for key, (record, _, kind, future) in list(self._open.items())
+                    if kind == _FUTURE and record["start_ns"] <= end_ns and future.done()]
+            if not late:
+                break
+            if time.monotonic() > deadline:  # the callback thread is starved: end them here
+                for key in late:
+                    entry = self._open.get(key)
+                    if entry is not None:
+                        self._finished(key, "observed", entry[3])
                 break
             time.sleep(0.001)  # lets the callbacks take the GIL
         done, mine, later = self._done, [], []
@@ -268,7 +277,7 @@ class Capture:
         return [self._plain(r) for r in mine]
 
     def _poll(self) -> None:
-        for key, (record, work, kind) in list(self._open.items()):
+        for key, (record, work, kind, _) in list(self._open.items()):
             if kind == _FUTURE or not work.is_completed():
                 continue
             if kind == _WAIT:
