@@ -251,15 +251,13 @@ class Capture:
         deadline = time.monotonic() + GRACE_S
         while True:
             self._poll()
-            late = [key for key, (record, _, kind, future) in list(self._open.items())
+            late = [(key, future) for key, (record, _, kind, future) in list(self._open.items())
                     if kind == _FUTURE and record["start_ns"] <= end_ns and future.done()]
             if not late:
                 break
             if time.monotonic() > deadline:  # the callback thread is starved: end them here
-                for key in late:
-                    entry = self._open.get(key)
-                    if entry is not None:
-                        self._finished(key, "observed", entry[3])
+                for key, future in late:
+                    self._finished(key, "observed", future)  # a no-op if the callback won
                 break
             time.sleep(0.001)  # lets the callbacks take the GIL
         done, mine, later = self._done, [], []
