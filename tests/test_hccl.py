@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -388,15 +389,12 @@ def test_single_process_with_hccl_on_writes_no_hccl_file(runner: Runner) -> None
 
 
 
-
 def test_a_done_future_lands_in_its_own_iteration(monkeypatch: pytest.MonkeyPatch) -> None:
     """A work whose future is done when its iteration is handed over is in that iteration,
     even while its completion callback still waits for the GIL (the future is marked done
     before its callbacks run, the work after them).  With no grace at all the hand-over ends
     it itself ("observed"); before this, such a record slipped into the next iteration, or
     out of the job's last one (DDP's last bucket)."""
-    import sys
-
     import torch
     import torch.distributed as dist
 

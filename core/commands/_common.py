@@ -47,4 +47,3 @@ def selection(args: argparse.Namespace, iterations: str | None = None) -> Select
     """The selection the arguments ask for (ValueError names a bad ``--iterations``)."""
     ranks = None if args.rank is None else [r for group in args.rank for r in group]
     return Selection(args.iterations if iterations is None else iterations, ranks)
-
