@@ -70,7 +70,8 @@ def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) ->
         iterations += 1
         iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
         ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
-                            meta.program, meta.metrics, meta.machine)
+                            meta.program, meta.metrics, meta.machine, job=meta.job,
+                            time_base_ns=meta.time_base_ns)
         # the operator tree every operator-tier writer shares (memoised in ctx.memo): built here
         # so that its cost is not charged to whichever writer happens to come first
         c0, t0 = cpu_clock(), clock()

@@ -25,7 +25,7 @@ WARMUP_STEPS = 10
 
 # Runs inside the profiled child: wrap the callbacks, run the example, print the timings.
 _CHILD = r"""
-import atexit, json, runpy, sys, time
+import atexit, json, runpy, sys, threading, time
 from jobprof import session as S, steps as D
 timings = {}
 
@@ -40,7 +40,7 @@ def wrap(owner, name):
     setattr(owner, name, timed)
 
 wrap(S.Session, "on_iteration")
-for name in ("_global_pre", "_global_post", "_optimizer_post", "on_backward"):
+for name in ("_optimizer_pre", "_optimizer_post", "on_backward"):
     wrap(D.StepDetector, name)
 
 
@@ -52,30 +52,37 @@ def own_time(owner, name, key):
     cells = [c for c in (outer.__closure__ or ()) if c.cell_contents is inner] if inner else []
     if not cells:
         raise SystemExit(f"hotpath: {owner.__name__}.{name} is not wrapped by a plugin")
-    spent = []
+    # one slot per open W call (per thread): O's time is added to the innermost open W, so a
+    # re-entrant W (a module call inside a module call) subtracts only its own O
+    local = threading.local()
 
     def timed_inner(*args, **kwargs):
         start = time.perf_counter_ns()
         try:
             return inner(*args, **kwargs)
         finally:
-            spent.append(time.perf_counter_ns() - start)
+            local.stack[-1] += time.perf_counter_ns() - start
 
     cells[0].cell_contents = timed_inner
 
     def timed_outer(*args, **kwargs):
-        start, before = time.perf_counter_ns(), len(spent)
+        stack = local.__dict__.setdefault("stack", [])
+        stack.append(0)
+        start = time.perf_counter_ns()
         try:
             return outer(*args, **kwargs)
         finally:
-            timings.setdefault(key, []).append(time.perf_counter_ns() - start - sum(spent[before:]))
+            elapsed = time.perf_counter_ns() - start
+            timings.setdefault(key, []).append(elapsed - stack.pop())
 
     timed_outer.__wrapped__ = outer
     setattr(owner, name, timed_outer)
 
 
+import torch  # the session starts here: the detector's and the plugins' wrappers are installed now
+# the step detector's wrapper around every module call (its own time, torch's call excluded)
+own_time(torch.nn.Module, "__call__", "module __call__")
 if "dp" in sys.argv[1] or "msproftx" in sys.argv[1]:
-    import torch  # the session starts here: the plugins' wrappers are installed now
     from torch.utils.data import dataloader as L
     if '"dp"' in sys.argv[1]:
         own_time(L._BaseDataLoaderIter, "__next__", "dp next()")

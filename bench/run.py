@@ -31,8 +31,9 @@ import mstx
 import optier
 import startup  # bench/ is sys.path[0] when run as a script
 import steps
-from common import HarnessError, cpu_snapshot, foreign_share
 from tabulate import tabulate
+
+from common import HarnessError, cpu_snapshot, foreign_share
 
 
 def _version(dist: str) -> str | None:

@@ -14,7 +14,8 @@ several timed runs:
 
 CPU ops run on torch's intra-op threads, so the CPU figures hold for ``torch.get_num_threads()``
 threads, which the result records.  Nothing global is changed (thread count, matmul precision,
-allocator); every buffer is released when its phase returns.
+allocator, and no random draw from the program's generators: operands come from jobprof's own
+seeded ``torch.Generator``); every buffer is released when its phase returns.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def _calibrate(torch: Any, device: str, budget_s: float) -> dict[str, Any]:
 
 def _run(torch: Any, dev: Any, budget_s: float, timer: Callable[[Callable[[], None]], float]) -> dict:
     cuda = dev.type == "cuda"
+    # our own stream of random operands: the program's seeded draws must come out as unprofiled
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(0)
     dtypes = ("float32", "bfloat16", "float16") if cuda else ("float32",)
     clock = time.perf_counter()
     matmul: dict[str, float] = {}
@@ -76,9 +80,9 @@ def _run(torch: Any, dev: Any, budget_s: float, timer: Callable[[Callable[[], No
     share = budget_s * SHARES["matmul"] / len(dtypes)
     for name in dtypes:
         clock += share
-        matmul[name], matmul_n[name] = _matmul(torch, dev, getattr(torch, name), timer, clock, cuda)
+        matmul[name], matmul_n[name] = _matmul(torch, dev, getattr(torch, name), timer, clock, cuda, gen)
     clock += budget_s * SHARES["vector"]
-    vector, vector_n = _vector(torch, dev, timer, clock, cuda)
+    vector, vector_n = _vector(torch, dev, timer, clock, cuda, gen)
     clock += budget_s * SHARES["memory"]
     buffer_bytes = _buffer_bytes(torch, dev)
     memory = _memory(torch, dev, buffer_bytes, timer, clock)
@@ -134,12 +138,13 @@ def _best(timer: Callable[[Callable[[], None]], float], fn: Callable[[], None], 
     return best
 
 
-def _matmul(torch: Any, dev: Any, dtype: Any, timer, deadline: float, cuda: bool) -> tuple[float, int]:
+def _matmul(torch: Any, dev: Any, dtype: Any, timer, deadline: float, cuda: bool,
+            gen: Any) -> tuple[float, int]:
     cap = 8192 if cuda else 4096
     best_rate, best_n, n = 0.0, 0, 256
     while True:
-        a = torch.randn(n, n, device=dev, dtype=dtype)
-        b = torch.randn(n, n, device=dev, dtype=dtype)
+        a = torch.randn(n, n, device=dev, dtype=dtype, generator=gen)
+        b = torch.randn(n, n, device=dev, dtype=dtype, generator=gen)
         c = torch.empty(n, n, device=dev, dtype=dtype)
 
         def mm(a=a, b=b, c=c) -> None:
@@ -157,13 +162,13 @@ def _matmul(torch: Any, dev: Any, dtype: Any, timer, deadline: float, cuda: bool
         n *= 2
 
 
-def _vector(torch: Any, dev: Any, timer, deadline: float, cuda: bool) -> tuple[float, int]:
+def _vector(torch: Any, dev: Any, timer, deadline: float, cuda: bool, gen: Any) -> tuple[float, int]:
     # CPU: 3 operands of up to 4 MiB stay in a server's L2/L3; a GPU needs more elements to fill it
     sizes = (1 << 20, 1 << 22, 1 << 24) if cuda else (1 << 16, 1 << 18, 1 << 20)
     best_rate, best_n = 0.0, 0
     for index, n in enumerate(sizes):
-        a = torch.rand(n, device=dev)
-        b = torch.rand(n, device=dev)
+        a = torch.rand(n, device=dev, generator=gen)
+        b = torch.rand(n, device=dev, generator=gen)
         c = torch.empty(n, device=dev)
 
         def add(a=a, b=b, c=c) -> None:

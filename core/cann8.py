@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from jobprof.export import device_dirs
-from jobprof.merge import Rewriter, TraceWriter, load_events
+from jobprof.merge import Rewriter, TraceWriter, load_events, read_sources
 from jobprof.profdir import DEVICE_RE, iteration_files
 
 FOLDER = "mindstudio_profiler_output"
@@ -82,6 +82,9 @@ def assemble(prof: Path, stamp: str | None = None,
     files: dict[str, int] = {}
     problems: list[str] = []
     step = advance or (lambda _n: None)
+    # every device's timelines onto one time axis: the earliest base (a job has one)
+    bases = {s.device: s.time_base_ns for s in read_sources(prof)}
+    out_base = min(bases.values(), default=0)
     try:
         for name, devices in tables.items():
             out = _Sliced(stage, name, stamp)
@@ -94,8 +97,8 @@ def assemble(prof: Path, stamp: str | None = None,
             path = stage / f"{name}_{stamp}.json"
             ids = itertools.count(1)
             with TraceWriter(path, wrapped=False) as writer:
-                for group, (_, paths) in enumerate(devices.items()):
-                    rewriter = Rewriter(group, ids)
+                for group, (device, paths) in enumerate(devices.items()):
+                    rewriter = Rewriter(group, ids, base_ns=bases.get(device, out_base), out_base_ns=out_base)
                     for p in paths:
                         writer.write(rewriter.rewrite(load_events(p)))
                         step(1)

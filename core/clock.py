@@ -1,8 +1,26 @@
-"""Clock anchors: events are stamped with ``time.monotonic_ns()`` and converted at export."""
+"""Clock anchors and the time axis of every timeline file.
+
+Events are stamped with ``time.monotonic_ns()`` (integer ns) and converted at export.  The rule
+every timeline writer follows (:class:`TimeAxis`):
+
+* ``ts`` is **µs since the job's time base** (``time_base_ns``: an epoch instant in whole
+  seconds, taken once by the process that names the job's PROF_ folder and inherited by every
+  other process of the job through ``JOBPROF_TIME_BASE_NS``; recorded in info.json).  Values
+  stay below ~10**12 µs for any job shorter than 11 days, where a double holds every ns exactly,
+  so a reader that turns µs into ns with ``llround(ts * 1000)`` (Perfetto) or keeps doubles
+  (Chrome) recovers the integer ns.  Epoch µs (~1.7e15) would resolve only 0.25 µs.
+* ``dur`` is ``(end_ns - start_ns) / 1000`` from the two integer ns, never a difference of two
+  rounded ``ts``: then ``ts + dur`` is the end in ns for the reader too, and spans that nest
+  in ns nest in the file.
+* All ranks of a job share the base, so per-iteration files of different ranks, ``merge`` and
+  the CANN 8 layout share one axis; the wall clock of a ``ts`` is ``time_base_ns + ts * 1000``.
+* CSV files keep msprof's absolute epoch µs with 3 decimals (:meth:`ClockAnchor.stamp`).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from typing import Any
 
@@ -58,3 +76,50 @@ class ClockAnchor:
     def from_info(cls, info: dict[str, Any]) -> ClockAnchor:
         epoch_us = int(info.get("collectionTimeBegin") or info.get("collectionTimeEnd"))
         return cls(epoch_us * 1000, int(info["clockMonotonic"]), int(info.get("clockMonotonicRaw", 0)))
+
+
+#: the job's time base (epoch ns), exported by the process that names the PROF_ folder
+TIME_BASE_ENV = "JOBPROF_TIME_BASE_NS"
+_SECOND = 1_000_000_000
+
+
+def own_base(anchor: ClockAnchor) -> int:
+    """The base of a process that inherited none: its anchor's second (also the fallback for
+    profiles written before the base was recorded)."""
+    return anchor.epoch_ns // _SECOND * _SECOND
+
+
+def job_base(anchor: ClockAnchor, environ: Any = os.environ, inherit: bool = True) -> int:
+    """This job's time base: the inherited one (``inherit``: the process joins a job named
+    before it), else this process's own, exported to its children."""
+    text = environ.get(TIME_BASE_ENV, "") if inherit else ""
+    if text.isdigit():
+        return int(text)
+    base = own_base(anchor)
+    environ[TIME_BASE_ENV] = str(base)
+    return base
+
+
+@attrs.frozen
+class TimeAxis:
+    """The timeline time rule (module docstring) for one recording process."""
+
+    anchor: ClockAnchor
+    base_ns: int
+
+    @property
+    def offset_ns(self) -> int:
+        """Add to a monotonic ns to get ns since the base (for bulk conversion)."""
+        return self.anchor.epoch_ns - self.anchor.monotonic_ns - self.base_ns
+
+    def ns(self, monotonic_ns: int) -> int:
+        return monotonic_ns + self.offset_ns
+
+    def us(self, monotonic_ns: int) -> float:
+        """``ts``: µs since the base of a raw timestamp (int / int: correctly rounded)."""
+        return (monotonic_ns + self.offset_ns) / 1000
+
+    @staticmethod
+    def dur(start_ns: int, end_ns: int) -> float:
+        """``dur`` of a span from its integer ends."""
+        return (end_ns - start_ns) / 1000

@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from jobprof import rawstore, timeline
-from jobprof.clock import ClockAnchor
+from jobprof.clock import ClockAnchor, own_base
 from jobprof.fsio import atomic_write
 from jobprof.manager import PluginManager
 from jobprof.profdir import DEVICE_RE
@@ -37,6 +37,8 @@ class DeviceMeta:
     metrics: MetricSet | None = None
     #: rank_id, world_size, backend of the process (info.json), ``N/A`` outside a distributed job
     job: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the job's time base (info.json ``jobprof.time_base_ns``; see jobprof.clock)
+    time_base_ns: int | None = None
 
 
 #: the name writers of the core itself are listed under (the master timeline)
@@ -58,7 +60,8 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
     """Write every writer's file for one iteration; returns (path, bytes) per file."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
     ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
-                        meta.program, meta.metrics, meta.machine, job=meta.job)
+                        meta.program, meta.metrics, meta.machine, job=meta.job,
+                        time_base_ns=meta.time_base_ns)
     written = []
     for plugin, spec in writers:
         try:
@@ -83,8 +86,13 @@ def read_meta(device_dir: Path) -> DeviceMeta:
     config = Config(options, explicit=own.get("explicit", [])) if options else None
     job = {"rank_id": info.get("rank_id", "N/A"), "world_size": own.get("world_size", "N/A"),
            "backend": own.get("backend", "N/A")}
-    return DeviceMeta(device_id, int(info.get("pid", 0)), ClockAnchor.from_info(start), config,
-                      str(info.get("pid_name", "")), own.get("calibration") or {}, job=job)
+    anchor = ClockAnchor.from_info(start)
+    base = own.get("time_base_ns")
+    # a profile written before the base was recorded: the process's own (its anchor's second)
+    base = base if isinstance(base, int) and not isinstance(base, bool) else own_base(anchor)
+    return DeviceMeta(device_id, int(info.get("pid", 0)), anchor, config,
+                      str(info.get("pid_name", "")), own.get("calibration") or {}, job=job,
+                      time_base_ns=base)
 
 
 def with_metrics(meta: DeviceMeta, manager: PluginManager) -> DeviceMeta:

@@ -94,7 +94,9 @@ def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
         stats = r["breakdown_ms"]["iteration"]
         first = next((row for row in model["iterations"] if row["rank"] == r["rank"]), None)
         who = f"rank {r['rank']}: " if len(model["ranks"]) > 1 else ""
-        if first and first["iteration"] == 1 and first["iteration_ms"] > WARMUP_FACTOR * stats["median"]:
+        # the job's own time: jobprof's part (its start-up, hand-overs) is not the job's warm-up
+        job_ms = first["iteration_ms"] - (first.get("profiler_ms") or 0.0) if first else 0.0
+        if first and first["iteration"] == 1 and job_ms > WARMUP_FACTOR * stats["median"]:
             out.append(Finding(
                 "warmup", f"{who}iteration 1 took {first['iteration_ms']:.3f} ms, "
                 f"{first['iteration_ms'] / stats['median']:.1f} times the median ({stats['median']:.3f} ms): "
@@ -161,12 +163,17 @@ def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
         if its["gaps"]:
             notes.append(f"rank {r['rank']}: no raw data for iteration(s) {', '.join(its['gaps'])} "
                          "(aged out by storage_limit, or lost in a crash)")
+    unseen = {"dp": "no DataLoader was seen", "hccl": "no collective was seen"}
     for part, source in (("data_wait", "dp"), ("communication_not_overlapped", "hccl")):
-        unknown = [r["rank"] for r in model["ranks"]
-                   if r["iterations"]["count"] and r["share"].get(part) is None]
-        if unknown:
+        why: dict[str, list[int]] = {}
+        for r in model["ranks"]:
+            if r["iterations"]["count"] and r["share"].get(part) is None:
+                plugins = (profile.info(r["device"]).get("jobprof") or {}).get("plugins") or []
+                reason = f"{source} was on but {unseen[source]}" if source in plugins else f"{source} was off"
+                why.setdefault(reason, []).append(r["rank"])
+        for reason, unknown in why.items():
             who = "every rank" if len(unknown) == len(model["ranks"]) else \
                 f"rank(s) {', '.join(map(str, unknown))}"
-            notes.append(f"{LABELS[part]} is N/A on {who} ({source} was off): that time is counted in "
+            notes.append(f"{LABELS[part]} is N/A on {who} ({reason}): that time is counted in "
                          "the phase it fell in")
     return notes

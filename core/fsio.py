@@ -8,7 +8,8 @@ from pathlib import Path
 
 def atomic_write(path: Path, data: str | bytes) -> int:
     """Write ``data`` to ``path`` atomically; return the number of bytes written."""
-    blob = data.encode("utf-8") if isinstance(data, str) else data
+    # a lone surrogate (a name from a broken decode) becomes its \\u escape, valid in JSON
+    blob = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as handle:

@@ -189,7 +189,8 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     writers get; return nothing when your stream is absent.  Ask ``timeline.process(name,
     label)`` for a pid (the same name gives the same pid, so plugins can share a process),
     name tracks with ``timeline.thread(pid, tid, name)`` and ``timeline.add(events)``: Chrome
-    trace events whose ``ts`` comes from ``ctx.to_us``.  Events on one (pid, tid) must nest.
+    trace events whose ``ts`` comes from ``ctx.to_us`` and ``dur`` from ``ctx.dur_us`` (the
+    time rule of ``jobprof.clock``).  Events on one (pid, tid) must nest.
     The file is written only if some plugin added an event.
 
     Example::

@@ -1,10 +1,12 @@
 """``jobprof merge``: every rank's master timelines on one time axis, in one Chrome-trace file.
 
-Each device folder holds per-iteration timelines whose ``ts`` are epoch µs, converted with that
-process's own clock anchor (``start_info``: the wall clock and the monotonic clock read at one
-instant).  Processes on one host read the same wall clock, so their files already share an
-axis; ranks on different hosts are only as close as NTP keeps their clocks, which
-``--align collectives`` corrects from the collectives every rank took part in.
+Each device folder holds per-iteration timelines whose ``ts`` are µs since the job's time base
+(``jobprof.clock``), converted with that process's own clock anchor (``start_info``: the wall
+clock and the monotonic clock read at one instant).  Processes on one host read the same wall
+clock, so their files already share an axis; ranks on different hosts are only as close as NTP
+keeps their clocks, which ``--align collectives`` corrects from the collectives every rank took
+part in.  Every shift is done in integer ns (a ``ts`` of a job-relative file is exact to the ns),
+onto the earliest base of the merged ranks, so nesting survives the merge.
 
 The output is written as a stream (one input file loaded, rewritten, dumped and freed at a time)
 to a temporary file renamed into place at the end.  :class:`TraceWriter` and :class:`Rewriter`
@@ -23,7 +25,7 @@ from typing import Any
 import attrs
 
 from jobprof import rawstore
-from jobprof.export import device_dirs
+from jobprof.export import device_dirs, read_meta
 from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
 from jobprof.selection import ranges, window
 
@@ -31,6 +33,9 @@ from jobprof.selection import ranges, window
 MASTER = "msprof"
 #: new pids are ``group * PID_BLOCK + n``: a block of pids per rank (a file has at most 100)
 PID_BLOCK = 1000
+#: a ``ts`` above this (µs, ~3 years) is epoch µs: a file rendered before the job's time base
+#: existed (jobprof.clock), whose base is the epoch itself
+EPOCH_TS = 1e14
 #: point-to-point operations pair up differently on each side: not used to align clocks
 _P2P = {"send", "recv", "isend", "irecv"}
 ALIGNS = ("clock", "collectives")
@@ -51,6 +56,8 @@ class RankSource:
     hostname: str
     path: Path
     finished: bool
+    #: the time base (epoch ns) of the source's timeline files (jobprof.clock); 0 when unknown
+    time_base_ns: int = 0
 
     @property
     def label(self) -> str:
@@ -71,10 +78,14 @@ def read_sources(prof: Path) -> list[RankSource]:
         except ValueError as exc:
             raise MergeError(f"{info_path}: not valid JSON ({exc})") from exc
         rank = info_rank(info)
+        try:
+            base = read_meta(path).time_base_ns or 0
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            base = 0
         sources.append(RankSource(device, device if rank is None else rank,
                                   "device id" if rank is None else "rank_id",
                                   str(info.get("hostname", "N/A")), path,
-                                  (path / f"end_info.{device}").exists()))
+                                  (path / f"end_info.{device}").exists(), base))
     return sorted(sources, key=lambda s: (s.rank, s.device))
 
 
@@ -84,13 +95,16 @@ class Rewriter:
     Processes are matched by name across that source's files (each per-iteration file numbers
     them by first use, so one name may have different pids in two files) and get pids
     ``group * PID_BLOCK + n``; flow ids are renumbered from a counter shared by every source,
-    since each file starts its own at 0; ``ts`` moves by the source's clock offset.
+    since each file starts its own at 0; ``ts`` moves, in integer ns, from the source's time
+    base (``base_ns``) to the output's (``out_base_ns``), plus the source's clock ``offset_ns``.
     """
 
-    def __init__(self, group: int, flow_ids: Iterator[int], offset_us: float = 0.0,
-                 rename: Callable[[str], str] | None = None) -> None:
+    def __init__(self, group: int, flow_ids: Iterator[int], offset_ns: int = 0,
+                 rename: Callable[[str], str] | None = None, base_ns: int = 0,
+                 out_base_ns: int = 0) -> None:
         self.group = group
-        self.offset_us = offset_us
+        self.offset_ns = offset_ns
+        self.base_ns, self.out_base_ns = base_ns, out_base_ns
         self._rename = rename
         self._flow_ids = flow_ids
         self._pids: dict[str, int] = {}
@@ -113,7 +127,9 @@ class Rewriter:
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
         pids = {old: self._new_pid(f"name:{name}") for old, name in names.items()}
         flows: dict[tuple[Any, Any], int] = {}
-        offset = self.offset_us
+        first = next((e["ts"] for e in events if e.get("ph") != "M" and "ts" in e), 0)
+        base = 0 if float(first) > EPOCH_TS else self.base_ns
+        shift = base - self.out_base_ns + self.offset_ns
         for e in events:
             old = e.get("pid")
             if old is not None:
@@ -124,9 +140,8 @@ class Rewriter:
             if e.get("ph") == "M":
                 self._metadata(e)
                 continue
-            if offset and "ts" in e:
-                ts = e["ts"]
-                e["ts"] = f"{float(ts) + offset:.3f}" if isinstance(ts, str) else ts + offset
+            if shift and "ts" in e:
+                e["ts"] = (round(float(e["ts"]) * 1000) + shift) / 1000
             if "id" in e and e.get("ph") in ("s", "t", "f"):
                 key = (e.get("cat"), e["id"])
                 new = flows.get(key)
@@ -159,21 +174,23 @@ class TraceWriter:
         self.events = 0
         self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = open(self._tmp, "w", encoding="utf-8")  # noqa: SIM115 (closed by close/abort)
+        self._handle = open(self._tmp, "w", encoding="utf-8",  # noqa: SIM115 (closed by close/abort)
+                            errors="backslashreplace")
         self._handle.write('{"traceEvents":[\n' if wrapped else "[\n")
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
         """Append events (one file's at a time: dumped as one string, then freed by the caller)."""
         if not events:
             return
-        text = json.dumps(events, separators=(",", ":"))[1:-1]
+        text = json.dumps(events, separators=(",", ":"), ensure_ascii=False)[1:-1]
         self._handle.write((",\n" if self.events else "") + text)
         self.events += len(events)
 
     def close(self, metadata: dict[str, Any] | None = None) -> Path:
         tail = "\n]"
         if self.wrapped:
-            tail += ',"displayTimeUnit":"ms","metadata":' + json.dumps(metadata or {}) + "}"
+            meta = json.dumps(metadata or {}, ensure_ascii=False)
+            tail += ',"displayTimeUnit":"ms","metadata":' + meta + "}"
         self._handle.write(tail + "\n")
         self._handle.close()
         os.replace(self._tmp, self.path)
@@ -211,24 +228,27 @@ def load_events(path: Path) -> list[dict[str, Any]]:
 
 @attrs.frozen
 class Alignment:
-    """Per-source offsets (µs, added to every ts) and how they were found."""
+    """Per-source offsets (integer ns, added to every ts) and how they were found."""
 
     clock: str
-    offsets: dict[int, float]
+    offsets: dict[int, int]
     #: per device: collectives matched with the reference rank, and the spread of the estimate
     detail: dict[int, dict[str, Any]] = attrs.field(factory=dict)
     notes: tuple[str, ...] = ()
 
 
-def collective_ends(device_dir: Path) -> dict[tuple[str, int, str], float]:
-    """``{(group, seq, op): end µs}`` of every collective in a device's hccl timelines."""
-    ends: dict[tuple[str, int, str], float] = {}
+def collective_ends(device_dir: Path, base_ns: int = 0) -> dict[tuple[str, int, str], int]:
+    """``{(group, seq, op): end, epoch ns}`` of every collective in a device's hccl timelines
+    (``base_ns``: their time base)."""
+    ends: dict[tuple[str, int, str], int] = {}
     for file in iteration_files(device_dir, "timeline", "hccl"):
         for e in load_events(file.path):
             args = e.get("args") or {}
             if e.get("ph") != "X" or e.get("name") in _P2P or "seq" not in args:
                 continue
-            ends[(str(args.get("group")), int(args["seq"]), str(e["name"]))] = float(e["ts"]) + e["dur"]
+            ts = float(e["ts"])
+            end = round(ts * 1000) + round(float(e["dur"]) * 1000) + (0 if ts > EPOCH_TS else base_ns)
+            ends[(str(args.get("group")), int(args["seq"]), str(e["name"]))] = end
     return ends
 
 
@@ -236,7 +256,7 @@ def align(sources: Sequence[RankSource], how: str) -> Alignment:
     """Offsets per device: zero with ``clock``; with ``collectives``, minus the median of how much
     later each collective ends on that rank than on the lowest rank (a collective completes on
     every rank at nearly the same instant, whatever each host's clock says)."""
-    zero = {s.device: 0.0 for s in sources}
+    zero = {s.device: 0 for s in sources}
     hosts = sorted({s.hostname for s in sources})
     if how == "clock":
         notes = () if len(hosts) <= 1 else (
@@ -246,24 +266,24 @@ def align(sources: Sequence[RankSource], how: str) -> Alignment:
     if len(sources) < 2:
         return Alignment("clock", zero, {}, ("--align collectives needs two ranks or more: used the clock",))
     ref, *others = sources
-    ref_ends = collective_ends(ref.path)
+    ref_ends = collective_ends(ref.path, ref.time_base_ns)
     if not ref_ends:
         return Alignment("clock", zero, {}, (
             f"--align collectives: {ref.label} has no hccl timeline (profile with \"hccl\": \"on\", then "
             "`jobprof export`): aligned by the clock instead",))
-    offsets = {ref.device: 0.0}
+    offsets = {ref.device: 0}
     detail: dict[int, dict[str, Any]] = {ref.device: {"matched": len(ref_ends), "reference": True}}
     for source in others:
-        ends = collective_ends(source.path)
+        ends = collective_ends(source.path, source.time_base_ns)
         diffs = [ends[k] - ref_ends[k] for k in ends.keys() & ref_ends.keys()]
         if not diffs:
             return Alignment("clock", zero, {}, (
                 f"--align collectives: {source.label} shares no collective (group, seq) with {ref.label} "
                 "(no hccl timeline, or different groups): aligned by the clock instead",))
-        median = statistics.median(diffs)
+        median = round(statistics.median(diffs))
         spread = statistics.median(abs(d - median) for d in diffs)
         offsets[source.device] = -median
-        detail[source.device] = {"matched": len(diffs), "median_abs_deviation_us": round(spread, 3)}
+        detail[source.device] = {"matched": len(diffs), "median_abs_deviation_us": round(spread / 1000, 3)}
     return Alignment("collectives", offsets, detail, ())
 
 
@@ -323,6 +343,8 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
                          f"{', '.join(s.label for s in sources)}")
     alignment = align([s for s, files in plan if files], how)
     notes.extend(alignment.notes)
+    # one axis for all: the earliest base of the merged ranks (they share one in a job)
+    out_base = min((s.time_base_ns for s, files in plan if files), default=0)
     flow_ids = iter(range(1, 1 << 62))
     counts: dict[int, int] = {}
     meta: dict[str, Any] = {}
@@ -335,8 +357,9 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
             if rewriter is None:
                 label = f"Rank {source.rank}" if source.rank_from == "rank_id" else f"Device {source.device}"
                 rewriter = rewriters[group] = Rewriter(group, flow_ids,
-                                                       alignment.offsets.get(source.device, 0.0),
-                                                       lambda name, label=label: f"{label} · {name}")
+                                                       alignment.offsets.get(source.device, 0),
+                                                       lambda name, label=label: f"{label} · {name}",
+                                                       source.time_base_ns, out_base)
             events = rewriter.rewrite(load_events(path))
             writer.write(events)
             counts[source.device] = counts.get(source.device, 0) + len(events)
@@ -347,21 +370,23 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
             its = {f.iteration for f in files}
             meta[str(source.rank)] = {
                 "device": source.device, "rank_from": source.rank_from, "hostname": source.hostname,
-                "offset_us": alignment.offsets.get(source.device, 0.0), "finished": source.finished,
+                "offset_us": alignment.offsets.get(source.device, 0) / 1000, "finished": source.finished,
+                "time_base_ns": source.time_base_ns,
                 "iterations": ", ".join(ranges(its)), "files": len(files),
                 "events": counts.get(source.device, 0),
                 "pids": rewriters[group].pids, **alignment.detail.get(source.device, {})}
         writer.close({"jobprof": {
-            "prof_dir": str(prof), "timeline": MASTER, "clock": alignment.clock,
+            "prof_dir": str(prof), "timeline": MASTER, "clock": alignment.clock, "time_base_ns": out_base,
             "clock_note": CLOCK_NOTES[alignment.clock], "ranks": meta, "notes": notes}})
     return MergeResult(out, counts, len(todo), alignment, tuple(notes), meta)
 
 
 CLOCK_NOTES = {
-    "clock": "ts = epoch us from each process's clock anchor (start_info: wall clock and monotonic clock "
-             "read at one instant); processes on one host share the wall clock, so one axis; "
-             "offset_us = 0",
-    "collectives": "ts = epoch us from each process's clock anchor plus offset_us: minus the median, over "
-                   "the collectives (same group and seq) both ran, of how much later the collective ended on "
-                   "that rank than on the lowest rank; args keep each rank's own clock",
+    "clock": "ts = us since time_base_ns (epoch ns), from each process's clock anchor (start_info: wall "
+             "clock and monotonic clock read at one instant); processes on one host share the wall clock, "
+             "so one axis; offset_us = 0",
+    "collectives": "ts = us since time_base_ns (epoch ns), from each process's clock anchor plus offset_us: "
+                   "minus the median, over the collectives (same group and seq) both ran, of how much "
+                   "later the collective ended on that rank than on the lowest rank; args keep each rank's "
+                   "own clock",
 }

@@ -129,6 +129,8 @@ class OpCapture:
         self._blocks: _OpenBlocks | None = _OpenBlocks(torch.autograd.profiler.record_function)
         self._pid = os.getpid()
         self._cut_ns = 0
+        #: when the capture started, until the first take(): see take()
+        self._started_ns: int | None = None
         #: finished windows: (Kineto result, wall-minus-monotonic offset in ns)
         self._windows: deque[tuple[Any, int]] = deque()
         #: converted records not yet handed over, in start order
@@ -152,6 +154,7 @@ class OpCapture:
                 self._enable()
                 # blocks the program opened before the capture started (a loop-wide block)
                 # are recorded from here on, like the ones carried across a cut
+                self._started_ns = time.monotonic_ns()
                 self._reopen(self._open_blocks())
                 self._cut_ns = time.monotonic_ns()
                 self.state = "capturing"
@@ -322,9 +325,20 @@ class OpCapture:
                 if collecting:
                     gc.enable()
         records = self._records
+        started, self._started_ns = self._started_ns, None
+        carried = []
         while records and records[0][START] < start_ns:
-            records.popleft()
-            self.outside += 1
+            record = records.popleft()
+            if started is not None and record[START] >= started and record[START] + record[DUR] > start_ns:
+                # the first iteration begins after the capture's start (jobprof's own time, before
+                # the forward): a block open by then (a loop-wide one, continued at the start) is
+                # the iteration's from its start on
+                record[DUR] -= start_ns - record[START]
+                record[START] = start_ns
+                carried.append(record)
+            else:
+                self.outside += 1
+        records.extendleft(reversed(carried))
         taken = []
         while records and records[0][START] < end_ns:
             taken.append(records.popleft())

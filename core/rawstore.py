@@ -23,7 +23,9 @@ from typing import Any
 import attrs
 
 ITERATION_STREAM = "iteration"
-#: the core's own time on the training thread at the previous iteration's end: ``[[start, end]]``
+#: jobprof's own work inside the iteration, in the job's time: ``[[start_ns, end_ns], ...]``
+#: (hand-overs at iteration ends, what ``Session.record_own`` was told), each span in the raw line
+#: of the iteration it lies in; an empty list says 0, not N/A
 PROFILER_STREAM = "profiler"
 SEGMENT_ITERATIONS = 100
 SEGMENT_BYTES = 8 * 1024 * 1024

@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from jobprof import __version__, export, profdir
+from jobprof import __version__, clock, export, profdir
 from jobprof.clock import ClockAnchor
 from jobprof.fsio import write_with_done
 from jobprof.manager import PluginManager
@@ -43,7 +43,10 @@ class Session:
         self.config, self.manager, self.owners, self.reporter = config, manager, owners, reporter
         self.pid = os.getpid()
         self.anchor = ClockAnchor.now()
+        named = os.environ.get(profdir.JOB_ENV)
         self.job_dir = profdir.job_dir(config.output)
+        #: every timeline's ts is µs since this (jobprof.clock): the job's, inherited with its folder
+        self.time_base_ns = clock.job_base(self.anchor, inherit=str(self.job_dir) == named)
         self.state = "waiting"
         self.detector: StepDetector | None = None
         self.device_id: int | None = None
@@ -59,9 +62,12 @@ class Session:
         self.info: dict[str, Any] = {}
         #: the operator capture, when some plugin asked for operators
         self.ops: OpCapture | None = None
-        #: jobprof's own span at the last iteration end (detector timestamp .. hand-over done):
-        #: it lies in the next iteration, whose raw line carries it (stream ``profiler``)
-        self._own: list[int] | None = None
+        #: jobprof's own work in the job's time, ``[start_ns, end_ns]`` (hand-overs, calibration,
+        #: starting the capture), not yet given to an iteration: each goes to the raw line of the
+        #: iteration it lies in (stream ``profiler``), whichever that is
+        self._own: list[list[int]] = []
+        #: jobprof's work before the first iteration began (ns), shown as jobprof's in info.json
+        self._own_startup: dict[str, int] = {}
         manager.on_fail = self._end_failed_plugin
         os.register_at_fork(after_in_child=self._forked)
 
@@ -73,12 +79,35 @@ class Session:
     def attached(self, name: str) -> Any:
         return self._attached.get(name)
 
-    def on_root_module(self, listener: Callable[[Any], None]) -> None:
-        """Call ``listener(module)`` for every module first seen as a root (outermost) forward."""
+    def on_root_module(self, listener: Callable[[Any], None], what: str = "") -> None:
+        """Call ``listener(module)`` for every module first seen as a root (outermost) forward.
+
+        The listener runs before that forward's timestamp is taken and its time is recorded as
+        jobprof's own (``what`` names it in info.json's ``own_startup_ms`` when it runs before
+        the first iteration), so its work is never painted into the job's phases.
+        """
+        timed = partial(self._timed_listener, listener, what or getattr(listener, "__qualname__", "listener"))
         if self.detector is not None:
-            self.detector.root_listeners.append(listener)
+            self.detector.root_listeners.append(timed)
             for root in list(self.detector.roots):
-                listener(root)
+                timed(root)
+
+    def _timed_listener(self, listener: Callable[[Any], None], what: str, module: Any) -> None:
+        start = time.monotonic_ns()
+        try:
+            listener(module)
+        finally:
+            self.record_own(start, time.monotonic_ns(), what)
+
+    def record_own(self, start_ns: int, end_ns: int, what: str = "") -> None:
+        """Record jobprof's own work in the job's time (monotonic ns): the summary shows it as
+        the ``jobprof`` part of the iteration it falls in, never as the job's."""
+        if end_ns <= start_ns:
+            return
+        with self._lock:
+            self._own.append([start_ns, end_ns])
+            if self.sink is None and what:  # before the first iteration ends: start-up
+                self._own_startup[what] = self._own_startup.get(what, 0) + end_ns - start_ns
 
     def request_ops(self, shapes: bool = False, flops: bool = False,
                     cupti_metrics: tuple[str, ...] = ()) -> None:
@@ -115,6 +144,10 @@ class Session:
             return
         self.state = "collecting"
         self.manager.call("jobprof_session_start", only_active=True, session=self)
+        try:
+            self.detector.wrap_data_next(torch)  # outermost: after the plugins' own wrappers
+        except Exception as exc:
+            self.reporter.warning(f"DataLoader boundaries unavailable on torch {torch.__version__}: {exc!r}")
         if self._ops_detail is not None:
             self._install_ops(torch)
         self._install_sigterm()
@@ -132,7 +165,7 @@ class Session:
             return
         # started at the first root forward: DataLoader workers never run one, and nothing
         # before it belongs to an iteration
-        self.on_root_module(lambda module: self.ops.start())
+        self.on_root_module(lambda module: self.ops.start(), "operator capture start")
 
     def explicit_step(self) -> None:
         if self.detector is not None and self.state == "collecting":
@@ -140,6 +173,7 @@ class Session:
 
     def on_iteration(self, iteration: Iteration) -> None:
         """Called by the detector on the training thread; cheap, never raises."""
+        entered = time.monotonic_ns()
         if self.state != "collecting" or os.getpid() != self.pid:
             if self.state == "stopped" and self.ops is not None and os.getpid() == self.pid:
                 self.ops.stop()  # on the training thread: Kineto must not be stopped under it
@@ -148,8 +182,12 @@ class Session:
             if self.sink is None and not self._go_live():
                 return
             streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
-            # the first iteration has no hand-over of ours in it: an empty list says 0, not N/A
-            streams[PROFILER_STREAM] = [self._own] if self._own is not None else []
+            # jobprof's spans inside this iteration (an empty list says 0, not N/A); later ones
+            # wait for theirs (a backward-found iteration is handed over inside the next one)
+            with self._lock:
+                own, start, end = self._own, iteration.start_ns, iteration.end_ns
+                streams[PROFILER_STREAM] = [s for s in own if s[1] > start and s[0] < end]
+                self._own = [s for s in own if s[1] > end]
             ops = self.ops
             if ops is not None and ops.state == "capturing":
                 ops.cut(iteration.end_ns)
@@ -159,12 +197,20 @@ class Session:
             for _, result in self.manager.handover(self, iteration):
                 streams.update(result)
             self.sink.submit(iteration.index, streams, self.manager.active_set())
-            self._own = [iteration.end_ns, time.monotonic_ns()]
+            self.record_own(entered, time.monotonic_ns())
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
 
     def finish(self, reason: str = "exit") -> None:
-        """End the session: flush, uninstall, drain the sink, write end_info (idempotent)."""
+        """End the session: flush, uninstall, drain the sink, write end_info (idempotent).
+
+        At exit, a program that died of an uncaught exception ends ``exception: <type>``
+        (Python sets ``sys.last_value`` before the atexit handlers run; ``sys.exit`` does not).
+        """
+        if reason == "exit":
+            died = getattr(sys, "last_value", None)
+            if isinstance(died, BaseException):
+                reason = f"exception: {type(died).__name__}"
         with self._lock:
             if self.state not in ("collecting", "stopped") or os.getpid() != self.pid:
                 return
@@ -215,7 +261,8 @@ class Session:
             meta = export.with_metrics(export.DeviceMeta(
                 self.device_id, self.pid, self.anchor, self.config, profdir.program_name(),
                 self.info.get("calibration") or {},
-                job={k: v for k, v in self._rank.items() if k != "rank_from"}), self.manager)
+                job={k: v for k, v in self._rank.items() if k != "rank_from"},
+                time_base_ns=self.time_base_ns), self.manager)
             group = self.config.get("aic_metrics")
             if group and meta.metrics is None:
                 self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "
@@ -251,6 +298,8 @@ class Session:
                 **rank,
                 "iteration_method": self.iteration_method,
                 "plugins": self.manager.active(),
+                "own_startup_ms": {k: round(v / 1e6, 3) for k, v in self._own_startup.items()},
+                "time_base_ns": self.time_base_ns,
                 **self.info,
             },
         })

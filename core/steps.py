@@ -12,26 +12,44 @@ Preference order (the first one seen wins over the ones below it):
 Boundaries of the two lower methods are tentative: until an optimizer steps, the detector
 holds up to ``PENDING_LIMIT`` tentative segments (a few timestamps each), so a gradient-
 accumulation window or the first optimizer step merges them into one iteration.  After that
-limit, or at exit, the lower method is confirmed.
+limit, or at exit, the lower method is confirmed.  While an optimizer's ``step`` runs (LBFGS
+evaluates its closure many times inside one step), nothing is cut or confirmed: the step's own
+end decides.
 
-Hot-path cost: module hooks are global only until the first iteration is final, then they
-move onto the root modules seen so far (submodules go back to PyTorch's fast path).
+Nothing of jobprof is reachable from the program's objects (do no harm): no hook on any module
+instance (they would be pickled by ``torch.save(model)`` and copied by ``deepcopy``) and no
+global module hook (torch.compile warns about those, traces them and recompiles when they go).
+Root forwards are seen by wrapping ``torch.nn.Module.__call__`` on the class, once: a module
+call costs one more Python frame (~0.5 us here), and while dynamo traces (``is_compiling()``)
+the wrapper is plain delegation, so compiled graphs, guards and counters are unchanged.  A
+root forward inside a compiled region is therefore not seen (its iteration has no FP Start).
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import attrs
 
+from jobprof.torch_import import when_imported
 from jobprof.types import Iteration
 
 PENDING_LIMIT = 16
 _now = time.monotonic_ns
+
+
+def _forked(ref: weakref.ref) -> None:
+    """In a forked child (a DataLoader worker runs modules too) the detector only delegates."""
+    detector = ref()
+    if detector is not None:
+        detector.live = False
 
 
 @attrs.define
@@ -43,6 +61,7 @@ class _Segment:
     bp_end: int | None = None  # end of the last backward
     fwd_end: int | None = None  # end of the last root forward
     end: int | None = None  # tentative boundary
+    data_start: int | None = None  # first DataLoader next() after this stretch's work
     backwards: int = 0
     skipped: bool = False
     root_ids: set[int] = attrs.field(factory=set)  # roots whose forward ran in this stretch
@@ -74,37 +93,46 @@ class StepDetector:
         self._grad_enabled: Callable[[], bool] = lambda: True
         self.root_listeners: list[Callable[[Any], None]] = []
         self._handles: list[Any] = []
-        self._root_handles: list[Any] = []
         self._restore: list[Callable[[], None]] = []
-        self._global_hooks = False
+        #: inside an optimizer's step (between its pre and post hooks)
+        self._stepping = False
+        #: False once uninstalled, and in a forked child (a DataLoader worker runs modules too)
+        self.live = True
+        os.register_at_fork(after_in_child=partial(_forked, weakref.ref(self)))
+        #: the code objects of our wrappers, which dynamo must never compile as frames
+        self._codes: list[tuple[Any, bool]] = []
+        for method in (self.on_forward_start, self.on_forward_end, self.on_backward, self.on_data_start,
+                       self.on_optimizer_step, self._optimizer_pre, self._optimizer_post):
+            self._codes.append((method.__code__, True))
 
     # -- installation ----------------------------------------------------------------------
     def install(self) -> None:
         import torch
-        from torch.nn.modules import module as nn_module
         from torch.optim import optimizer as optim_mod
 
         self._grad_enabled = torch.is_grad_enabled
-
-        self._handles.append(nn_module.register_module_forward_pre_hook(self._global_pre))
-        try:
-            post = nn_module.register_module_forward_hook(self._global_post, always_call=True)
-        except TypeError:  # torch < 2.1
-            post = nn_module.register_module_forward_hook(self._global_post)
-        self._handles.append(post)
-        self._global_hooks = True
+        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        self._wrap_module_call(torch.nn.Module, is_compiling)
+        # dynamo compiles every new Python frame run inside a compiled function (after a graph
+        # break too): it must skip ours, as it skips torch's own, or it counts frames and graph
+        # breaks the program does not have (its frames inside ours are treated as before)
+        when_imported("torch._dynamo", self._skip_in_dynamo)
+        self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
         self._handles.append(optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
 
         original_backward = torch.autograd.backward
         detector = self
 
         def backward(*args: Any, **kwargs: Any) -> Any:
+            if is_compiling():  # traced by dynamo: torch's own call, nothing of ours in the graph
+                return original_backward(*args, **kwargs)
             start = _now()
             try:
                 return original_backward(*args, **kwargs)
             finally:
                 detector.on_backward(start, _now())
 
+        self._own_code(backward)
         backward.__wrapped__ = original_backward  # type: ignore[attr-defined]
         torch.autograd.backward = backward
         self._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
@@ -121,49 +149,110 @@ class StepDetector:
                     if detector.optimizer_steps == before:  # inf/NaN grads: step skipped
                         detector.on_optimizer_step(optimizer, _now(), skipped=True)
 
+            self._own_code(scaler_step)
             scaler_cls.step = scaler_step
             self._restore.append(lambda: setattr(scaler_cls, "step", original_step))
 
+    def _skip_in_dynamo(self, dynamo: Any, codes: list[tuple[Any, bool]] | None = None) -> None:
+        """Dynamo never compiles our frames: a wrapper's (the torch frames it calls are treated
+        as before) and the detector's event methods' (with everything they call: jobprof's)."""
+        try:
+            from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+            strategy = {nested: FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP if nested
+                                                  else FrameAction.DEFAULT) for nested in (True, False)}
+            for code, nested in self._codes if codes is None else codes:
+                dynamo.eval_frame.set_code_exec_strategy(code, strategy[nested])
+        except Exception:  # a torch without these (private) calls: dynamo may count our frames
+            pass
+
+    def _wrap_module_call(self, cls: Any, is_compiling: Callable[[], bool]) -> None:
+        """Every module call passes through here; the outermost one is a root forward."""
+        original = cls.__dict__["__call__"]
+        local, detector = self._local, self
+
+        def __call__(module: Any, *args: Any, **kwargs: Any) -> Any:
+            if is_compiling():  # dynamo inlines this: it must see torch's own call and nothing else
+                return original(module, *args, **kwargs)
+            depth = getattr(local, "depth", 0)
+            local.depth = depth + 1
+            if depth or not detector.live:
+                try:
+                    return original(module, *args, **kwargs)
+                finally:
+                    local.depth = depth
+            detector.on_forward_start(module, _now())
+            try:
+                return original(module, *args, **kwargs)
+            finally:
+                local.depth = depth
+                detector.on_forward_end(_now())
+
+        self._replace(cls, "__call__", original, __call__)
+
+    def wrap_data_next(self, torch: Any) -> None:
+        """A DataLoader's ``next()`` is data loading, whatever modules it calls (transforms are
+        modules too): no root forward inside it.  Its start is where a stretch found by backward
+        or forward ends, when it comes before the next root forward.
+
+        Installed after the plugins' collectors (the session calls it after
+        ``jobprof_session_start``), so it is the outermost wrapper: the boundary is stamped
+        before dp's request stamp, and dp's batch lands in the iteration that waited for it.
+        """
+        cls = getattr(getattr(torch.utils.data, "dataloader", None), "_BaseDataLoaderIter", None)
+        if cls is None or "__next__" not in cls.__dict__:
+            return
+        original = cls.__dict__["__next__"]
+        local, detector = self._local, self
+
+        def __next__(it: Any) -> Any:
+            depth = getattr(local, "depth", 0)
+            if not depth and detector.live:
+                detector.on_data_start(_now())
+            local.depth = depth + 1
+            try:
+                return original(it)
+            finally:
+                local.depth = depth
+
+        self._replace(cls, "__next__", original, __next__)
+
+    def _replace(self, cls: Any, name: str, original: Any, wrapper: Any) -> None:
+        self._own_code(wrapper)
+        wrapper.__wrapped__ = original
+        wrapper.__qualname__ = original.__qualname__
+        setattr(cls, name, wrapper)
+
+        def restore() -> None:
+            # put torch's back only if nobody wrapped ours since (a plugin restores later, to
+            # ours, which then only delegates: ``live`` is False)
+            if cls.__dict__.get(name) is wrapper:
+                setattr(cls, name, original)
+
+        self._restore.append(restore)
+
     def uninstall(self) -> None:
-        for handle in self._handles + self._root_handles:
+        self.live = False
+        for handle in self._handles:
             handle.remove()
         self._handles.clear()
-        self._root_handles.clear()
         for restore in reversed(self._restore):
             restore()
         self._restore.clear()
 
-    def _move_hooks_to_roots(self) -> None:
-        """After the first final iteration: hook only the known root modules."""
-        if not self._global_hooks:
-            return
-        self._global_hooks = False
-        for handle in self._handles[:2]:
-            handle.remove()
-        del self._handles[:2]
-        for root in list(self.roots):
-            self._root_handles.append(root.register_forward_pre_hook(self._global_pre))
-            try:
-                self._root_handles.append(root.register_forward_hook(self._global_post, always_call=True))
-            except TypeError:
-                self._root_handles.append(root.register_forward_hook(self._global_post))
+    def _own_code(self, fn: Callable[..., Any], nested: bool = False) -> None:
+        entry = (fn.__code__, nested)
+        self._codes.append(entry)
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None:  # imported already: skip it now
+            self._skip_in_dynamo(dynamo, [entry])
 
     # -- hook callbacks (hot path) ---------------------------------------------------------
-    def _global_pre(self, module: Any, args: Any) -> None:
-        local = self._local
-        depth = getattr(local, "depth", 0)
-        local.depth = depth + 1
-        if depth == 0:
-            self.on_forward_start(module, _now())
-
-    def _global_post(self, module: Any, args: Any, output: Any) -> None:
-        local = self._local
-        depth = getattr(local, "depth", 1) - 1
-        local.depth = depth
-        if depth == 0:
-            self.on_forward_end(_now())
+    def _optimizer_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._stepping = True  # a closure's forwards and backwards belong to this step
 
     def _optimizer_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self._stepping = False
         self.on_optimizer_step(optimizer, _now())
 
     # -- events ----------------------------------------------------------------------------
@@ -173,10 +262,14 @@ class StepDetector:
             if id(module) not in self._root_ids:  # ids: cheaper than WeakSet lookups per step
                 self._root_ids.add(id(module))
                 self.roots.add(module)
-                for listener in self.root_listeners:
-                    listener(module)
-            if self.mode not in ("explicit", "optimizer_step") and not self._tentative_optimizer:
-                self._maybe_cut_tentative(id(module))
+                if self.root_listeners:
+                    for listener in self.root_listeners:
+                        listener(module)
+                    # what the listeners did (a calibration, starting a capture) is jobprof's
+                    # work: the forward starts after it
+                    ts = _now()
+            if not self._holds_cuts() and self._maybe_cut_tentative(id(module), ts):
+                ts = _now()  # the hand-over of what was cut is jobprof's, not this forward's
             seg = self._current
             seg.root_ids.add(id(module))
             if seg.fp_any is None:
@@ -184,14 +277,19 @@ class StepDetector:
             if grad and seg.fp_grad is None:
                 seg.fp_grad = ts
 
+    def on_data_start(self, ts: int) -> None:
+        with self._lock:
+            seg = self._current
+            if seg.data_start is None and (seg.backwards or seg.fwd_end is not None):
+                seg.data_start = ts
+
     def on_forward_end(self, ts: int) -> None:
         with self._lock:
             self._current.fwd_end = ts
 
     def on_backward(self, start: int, end: int) -> None:
         with self._lock:
-            if (self.mode not in ("explicit", "optimizer_step") and not self._tentative_optimizer
-                    and self._current.backwards):
+            if not self._holds_cuts() and self._current.backwards:
                 # a second backward with no root forward in between (a forward would have cut)
                 self._cut(self._current.bp_end)
             self._current.bp_end = end
@@ -235,16 +333,31 @@ class StepDetector:
             self._confirm_pending()
 
     # -- window bookkeeping ----------------------------------------------------------------
-    def _maybe_cut_tentative(self, root: int | None) -> None:
-        """A forward after a backward, or a root forward called again, closes a stretch."""
+    def _holds_cuts(self) -> bool:
+        """Forwards and backwards do not cut: an optimizer (or jobprof.step()) decides, or will
+        when the step now running returns."""
+        return self.mode in ("explicit", "optimizer_step") or self._tentative_optimizer or self._stepping
+
+    def _maybe_cut_tentative(self, root: int | None, ts: int | None = None) -> bool:
+        """A forward after a backward, or a root forward called again, closes a stretch; True
+        when iterations were emitted.
+
+        The stretch ends where the next one's work begins: at its first DataLoader ``next()``,
+        else at this forward (``ts``), so what the loop did after the backward (a hand-written
+        update, zero_grad, logging) stays in its iteration; at exit (``ts`` None) it ends with
+        its last backward or forward.
+        """
         seg = self._current
         if seg.backwards and seg.bp_end is not None:
-            self._cut(seg.bp_end)
+            self._cut(seg.data_start or ts or seg.bp_end)
         elif (seg.fwd_end is not None and self.mode != "backward"
               and (root is None or root in seg.root_ids)):
-            self._cut(seg.fwd_end)
-        if len(self._pending) >= PENDING_LIMIT:
+            self._cut(seg.data_start or ts or seg.fwd_end)
+        if len(self._pending) >= PENDING_LIMIT or (self.mode in ("backward", "forward") and self._pending):
+            index = self.index
             self._confirm_pending()
+            return self.index != index
+        return False
 
     def _cut(self, end: int) -> None:
         self._current.end = end
@@ -279,7 +392,4 @@ class StepDetector:
         bp = seg.bp_end if seg.bp_end is not None and (fp is None or seg.bp_end >= fp) else None
         self.index += 1
         self._last_end = end
-        iteration = Iteration(self.index, start, end, method, fp, bp, skipped)
-        if self.index == 1:
-            self._move_hooks_to_roots()
-        self._emit(iteration)
+        self._emit(Iteration(self.index, start, end, method, fp, bp, skipped))

@@ -30,6 +30,12 @@ DEVICE_PROCESS = "Ascend Hardware"
 PID_SLOTS = 100
 
 
+def dumps(value: Any) -> str:
+    """JSON text for a timeline file: characters as UTF-8, not ``\\u`` escapes (Perfetto's JSON
+    importer shows an escape literally)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def device_label(device_id: int) -> str:
     return f"NPU {device_id}"
 
@@ -92,7 +98,7 @@ class Timeline:
         """The file's text, or None when no plugin added an event."""
         if not self.events and not self.texts:
             return None
-        parts = [json.dumps(self.metadata + self.events)[1:-1], *self.texts]
+        parts = [dumps(self.metadata + self.events)[1:-1], *self.texts]
         return "[" + ", ".join(p for p in parts if p) + "]"
 
 

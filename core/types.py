@@ -11,7 +11,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.clock import ClockAnchor
+from jobprof.clock import ClockAnchor, TimeAxis, own_base
 
 #: what a CSV or timeline value jobprof cannot measure says
 NA = "N/A"
@@ -132,13 +132,28 @@ class ExportContext:
     #: the process's place in the job (info.json): ``rank_id``, ``world_size`` and ``backend``
     #: (``N/A`` outside a distributed job); empty for a profile recorded without them
     job: Mapping[str, Any] = attrs.field(converter=_freeze, factory=dict)
+    #: the job's time base (epoch ns) timeline ``ts`` values count from; None: this process's
+    #: own (see jobprof.clock)
+    time_base_ns: int | None = None
+    #: the time rule of timeline files (jobprof.clock.TimeAxis)
+    axis: TimeAxis = attrs.field(init=False, repr=False, eq=False)
+
+    @axis.default
+    def _axis(self) -> TimeAxis:
+        base = self.time_base_ns
+        return TimeAxis(self.anchor, own_base(self.anchor) if base is None else base)
 
     def records(self, stream: str) -> list[dict[str, Any]]:
         return self.streams.get(stream, [])
 
     def to_us(self, monotonic_ns: int) -> float:
-        """Epoch microseconds (float) of a raw timestamp, for timeline ``ts`` values."""
-        return self.anchor.to_us(monotonic_ns)
+        """A timeline ``ts``: µs since the job's time base (jobprof.clock) of a raw timestamp."""
+        return self.axis.us(monotonic_ns)
+
+    @staticmethod
+    def dur_us(start_ns: int, end_ns: int) -> float:
+        """A timeline ``dur`` from the span's two raw timestamps (exact: ts + dur is the end)."""
+        return (end_ns - start_ns) / 1000
 
     def stamp(self, monotonic_ns: int) -> str:
         """Exact epoch microseconds with 3 decimals, for CSV columns."""

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -94,32 +95,44 @@ def raw_iterations(device_dir: Path, stream: str = "iteration") -> list[int]:
     return [i for i, streams in raw(device_dir).items() if stream in streams]
 
 
+def ts_ns(value: float | str) -> int:
+    """A timeline ``ts``/``dur`` in integer ns as Perfetto reads it (``llround(v * 1000)``),
+    asserting the value holds a whole ns (job-relative time, jobprof.clock)."""
+    scaled = float(value) * 1000
+    whole = round(scaled)
+    assert abs(scaled - whole) < 1e-3, f"{value!r} us is not a whole ns"
+    return whole
+
+
 def check_timeline(path: Path) -> list[dict]:
     """Load a timeline file and assert what viewers need; returns its events.
 
-    The file validates against ``schemas/timeline.json``; X events on each (pid, tid) track
-    nest (no partial overlap); every flow start has its end; each process has name and label.
+    The file validates against ``schemas/timeline.json``; every ``ts`` and ``dur`` is a whole
+    ns; X events on each (pid, tid) track nest in integer ns (no partial overlap); every flow
+    start has its end; each process has name and label.
     """
     import jsonschema
 
     from jobprof import schemas
 
-    events = json.loads(path.read_text())
+    events = json.loads(path.read_text(encoding="utf-8"))
     errors = sorted(jsonschema.Draft202012Validator(schemas.load("timeline")).iter_errors(events),
                     key=lambda e: list(e.absolute_path))
     assert not errors, f"{path.name}: {errors[0].json_path}: {errors[0].message}"
-    tracks: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+    tracks: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
     for e in events:
         if e["ph"] == "X":
-            ts = float(e["ts"])
-            tracks.setdefault((e["pid"], e["tid"]), []).append((ts, ts + e["dur"], e["name"]))
+            ts = ts_ns(e["ts"])
+            tracks.setdefault((e["pid"], e["tid"]), []).append((ts, ts + ts_ns(e["dur"]), e["name"]))
+        elif "ts" in e and e["ph"] != "M":
+            ts_ns(e["ts"])
     for track, spans in tracks.items():
-        open_: list[tuple[float, float, str]] = []
+        open_: list[tuple[int, int, str]] = []
         for start, end, name in sorted(spans, key=lambda s: (s[0], -s[1])):
             while open_ and open_[-1][1] <= start:
                 open_.pop()
             assert not open_ or end <= open_[-1][1], \
-                f"{path.name}: track {track}: '{name}' [{start}, {end}] overlaps '{open_[-1][2]}' " \
+                f"{path.name}: track {track}: '{name}' [{start}, {end}] ns overlaps '{open_[-1][2]}' " \
                 f"[{open_[-1][0]}, {open_[-1][1]}] without nesting"
             open_.append((start, end, name))
     flows: dict[tuple[str, str], set[str]] = {}
@@ -133,6 +146,20 @@ def check_timeline(path: Path) -> list[dict]:
         if any(p == pid for p, _ in meta):
             assert (pid, "process_name") in meta, f"{path.name}: pid {pid} has no process_name"
     return events
+
+
+def time_axis(device_dir: Path):  # -> jobprof.clock.TimeAxis
+    """The time rule the device's timelines were written with (jobprof.clock)."""
+    from jobprof.clock import TimeAxis
+    from jobprof.export import read_meta
+
+    meta = read_meta(device_dir)
+    return TimeAxis(meta.anchor, meta.time_base_ns)
+
+
+def stamp_ts(cell: str, device_dir: Path) -> Decimal:
+    """A CSV's absolute stamp (epoch µs, 3 decimals) as the exact timeline ``ts`` of that instant."""
+    return Decimal(cell.strip()) - Decimal(time_axis(device_dir).base_ns) / 1000
 
 
 def free_port() -> int:

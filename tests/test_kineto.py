@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Runner, free_port, jobprof_cli, raw, read_csv
-from jobprof.clock import ClockAnchor
-from jobprof.plugins.kineto.writer import BASE_NS, PSEUDO_PID_BASE
+from conftest import Runner, free_port, jobprof_cli, raw, read_csv, stamp_ts, time_axis, ts_ns
+from jobprof.plugins.kineto.writer import PSEUDO_PID_BASE
 
 MODEL = 4294967295
 STEPS = 4
@@ -58,23 +57,21 @@ def trace(device: Path, rank: int, iteration: int) -> dict:
     return json.loads((device / "timeline" / f"kineto_{rank}_{MODEL}_{iteration}.json").read_text())
 
 
-def epoch_us(device: Path, rank: int):
-    anchor = ClockAnchor.from_info(json.loads((device / f"start_info.{rank}").read_text()))
-    return lambda ns: (ns + anchor.epoch_ns - anchor.monotonic_ns - BASE_NS) / 1000
 
 
 def assert_tracks_nest(events: list[dict]) -> None:
-    """X events on one (pid, tid) nest, as trace viewers need."""
-    tracks: dict[tuple, list[tuple[float, float]]] = {}
+    """X events on one (pid, tid) nest in integer ns (as Perfetto reads them)."""
+    tracks: dict[tuple, list[tuple[int, int]]] = {}
     for e in events:
         if e["ph"] == "X":
-            tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+            start = ts_ns(e["ts"])
+            tracks.setdefault((e["pid"], e["tid"]), []).append((start, start + ts_ns(e["dur"])))
     for key, spans in tracks.items():
-        stack: list[float] = []
+        stack: list[int] = []
         for start, end in sorted(spans, key=lambda s: (s[0], -s[1])):
             while stack and stack[-1] <= start:
                 stack.pop()
-            assert not stack or end <= stack[-1] + 1e-6, f"track {key}: ({start}, {end}) overlaps {stack[-1]}"
+            assert not stack or end <= stack[-1], f"track {key}: ({start}, {end}) ns overlaps {stack[-1]}"
             stack.append(end)
 
 
@@ -84,14 +81,15 @@ def test_files_per_rank_and_iteration(job: tuple[Runner, Path, str]) -> None:
     assert "jobprof: warning" not in stderr and "jobprof: error" not in stderr, stderr
     for rank in (0, 1):
         device = prof / f"device_{rank}"
-        raws, to_us = raw(device), epoch_us(device, rank)
+        raws, axis = raw(device), time_axis(device)
+        to_us = axis.us
         pid = int(json.loads((device / f"info.json.{rank}").read_text())["pid"])
         assert sorted(raws) == list(range(1, STEPS + 1))
         for i in range(1, STEPS + 1):
             doc = trace(device, rank, i)
             assert list(doc)[:3] == ["schemaVersion", "deviceProperties", "distributedInfo"]
             assert doc["distributedInfo"] == {"backend": "gloo", "rank": rank, "world_size": 2}
-            assert doc["baseTimeNanoseconds"] == BASE_NS and doc["displayTimeUnit"] == "ms"
+            assert doc["baseTimeNanoseconds"] == axis.base_ns and doc["displayTimeUnit"] == "ms"
             assert doc["traceName"] == f"kineto_{rank}_{MODEL}_{i}.json"
             assert doc["jobprof"]["device_tasks"] == "cpu_pseudo_device"
             events = doc["traceEvents"]
@@ -102,8 +100,8 @@ def test_files_per_rank_and_iteration(job: tuple[Runner, Path, str]) -> None:
             it = raws[i]["iteration"][0]
             step = steps[0]
             assert step["cat"] == "user_annotation" and step["pid"] == pid
-            assert step["ts"] == pytest.approx(to_us(it["start_ns"]), abs=1e-3)
-            assert step["ts"] + step["dur"] == pytest.approx(to_us(it["end_ns"]), abs=1e-3)
+            assert step["ts"] == to_us(it["start_ns"])
+            assert step["dur"] == (it["end_ns"] - it["start_ns"]) / 1000
             # every op_summary row is one kernel on the pseudo device, in order, same times
             rows = read_csv(device / "summary" / f"op_summary_{rank}_{MODEL}_{i}.csv")
             kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: e["ts"])
@@ -112,9 +110,9 @@ def test_files_per_rank_and_iteration(job: tuple[Runner, Path, str]) -> None:
                 assert k["name"] == row["Op Name"] and k["pid"] == PSEUDO_PID_BASE + rank
                 assert k["args"]["stream"] == int(row["Stream ID"]) == k["tid"]
                 assert k["args"]["jobprof pseudo device"] is True
-                assert k["dur"] == pytest.approx(float(row["Task Duration(us)"]), abs=0.04)  # ts ulp: 1/64 µs
-                start = Decimal(row["Task Start Time(us)"].strip()) - BASE_NS // 1000  # exact
-                assert k["ts"] == pytest.approx(float(start), abs=0.04)
+                # exact: job-relative ts, dur from integer ns
+                assert Decimal(repr(k["dur"])) == Decimal(row["Task Duration(us)"])
+                assert Decimal(repr(k["ts"])) == stamp_ts(row["Task Start Time(us)"], device)
             # each kernel shares its correlation with exactly one cpu_op (its operator)
             ops = {e["args"]["correlation"]: e for e in events
                    if e.get("cat") == "cpu_op" and "correlation" in e["args"]}

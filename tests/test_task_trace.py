@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv
+from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv, stamp_ts
 
 MODEL = 4294967295
 STEPS = 6
@@ -233,8 +233,9 @@ def test_task_time_json_has_one_event_per_task(plain):
             assert (e["pid"], e["tid"]) == (pid, plain.tid)
             assert e["args"] == {"Model Id": MODEL, "Task Type": "CPU", "Stream Id": plain.tid,
                                  "Task Id": int(r["Task ID"])}
-            # the float stamp is within its resolution (0.25 us at today's epoch) of the exact one
-            assert abs(Decimal(repr(e["ts"])) - us(r["Task Start Time(us)"])) <= Decimal("0.5")
+            # ts is job-relative and exact: the CSV's epoch stamp less the job's time base
+            assert Decimal(repr(e["ts"])) == stamp_ts(r["Task Start Time(us)"], plain.device)
+            assert Decimal(repr(e["dur"])) == us(r["Task Duration(us)"])
 
 
 # -- master timeline -------------------------------------------------------------------------

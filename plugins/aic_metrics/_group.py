@@ -33,8 +33,10 @@ Calibration (the groups that need peaks): once, at the first root-module forward
 device of the module's first parameter (the CPU, or the GPU the model runs on).  Not at
 ``import torch``: a DataLoader worker started with ``spawn`` imports torch too but never runs a
 forward, and CUDA must not be initialised by jobprof before the job does it.  The first
-forward, and so iteration 1, include the calibration's time (about 0.3 s on CPU).  The result
-lands in info.json (``jobprof.calibration``), where ``jobprof export`` finds it again.
+forward runs after it: its time (about 0.3 s on CPU) is jobprof's own, outside every iteration
+(info.json's ``own_startup_ms``), and it draws its operands from its own seeded generator, never
+from the program's.  The result lands in info.json (``jobprof.calibration``), where ``jobprof
+export`` finds it again.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def calibrate_once(session: Any) -> None:
             pass
         _record(session, torch, device)
 
-    session.on_root_module(on_root)
+    session.on_root_module(on_root, "calibration")
 
 
 def _record(session: Any, torch: Any, device: str) -> None:

@@ -76,7 +76,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     events: list[dict[str, Any]] = []
 
     def span(name: str, tid: int, start: int, end: int, args: dict[str, Any]) -> None:
-        events.append({"name": name, "pid": pid, "tid": tid, "ts": us(start), "dur": us(end) - us(start),
+        events.append({"name": name, "pid": pid, "tid": tid, "ts": us(start), "dur": ctx.dur_us(start, end),
                        "args": args, "cat": "DataLoader", "ph": "X"})
 
     for rec in records:

@@ -79,9 +79,9 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
         for lane in sorted(set(lanes)):
             timeline.thread(pid, lane_tid(index, lane), lane_name(f"Group {group} Communication", lane))
         for r, lane in zip(rows, lanes, strict=True):
-            start = us(r["start_ns"])
-            events.append({"name": r["op"], "pid": pid, "tid": lane_tid(index, lane), "ts": start,
-                           "dur": us(r["end_ns"]) - start, "args": event_args(r), "ph": "X"})
+            events.append({"name": r["op"], "pid": pid, "tid": lane_tid(index, lane),
+                           "ts": us(r["start_ns"]), "dur": ctx.dur_us(r["start_ns"], r["end_ns"]),
+                           "args": event_args(r), "ph": "X"})
     timeline.add(events)
 
 

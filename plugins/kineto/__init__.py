@@ -49,8 +49,9 @@ ran them; it classifies ``c10d::`` operators as compute (it knows only NCCL kern
 
 Not in the files: ``deviceProperties`` is ``[]`` (torch writes that for CPU; GPU properties are
 not recorded), and ``distributedInfo`` is left out of a job that is not distributed, as torch
-does (HTA then takes rank 0).  ``ts`` is µs since ``baseTimeNanoseconds`` = 1.7e18 ns, the same
-in every file, so the ranks' files share one time axis.
+does (HTA then takes rank 0).  ``ts`` is µs since ``baseTimeNanoseconds``, the job's time base
+(``jobprof.clock``): the same in every rank's file, so the ranks' files share one time axis, and
+small enough that every ns survives a reader's conversion.
 
 task_trace off: the files still have ProfilerStep, the step phases, collectives, markers and
 DataLoader waits; the plugin says once at start that operators and device work are missing.

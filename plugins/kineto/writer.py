@@ -26,10 +26,6 @@ from jobprof.opcapture import CORR, DEVICE, DTYPES, DUR, EXTRA, KIND, LINK, NAME
 from jobprof.types import NA, ExportContext, WriterSpec
 
 NAME_PREFIX = "kineto"
-#: ts values are µs since this instant (2023-11-14T22:13:20Z), the same in every file, so the
-#: files of all ranks share one time axis even for readers that ignore baseTimeNanoseconds;
-#: the offset keeps ts small enough for ~15 ns resolution in a double
-BASE_NS = 1_700_000_000_000_000_000
 #: pid of the pseudo device of a CPU-only job: this + device id, far above any Linux pid
 #: (pid_max is at most 2**22); torch.profiler's GPU pids are the device index
 PSEUDO_PID_BASE = 1_000_000_000
@@ -61,12 +57,13 @@ def _track_name(thread: int, family: int, lane: int) -> str:
 
 
 class _Builder:
-    """Accumulates the events of one file; ``ts`` in µs since BASE_NS, ``dur`` the difference
-    of two such values (so a span that nests in ns still nests in the file)."""
+    """Accumulates the events of one file; ``ts`` in µs since the job's time base (the file's
+    ``baseTimeNanoseconds``, one for every rank), ``dur`` from the integer ends
+    (jobprof.clock.TimeAxis: a span that nests in ns nests in the file)."""
 
     def __init__(self, ctx: ExportContext) -> None:
         self.ctx = ctx
-        self.offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns - BASE_NS
+        self.offset = ctx.axis.offset_ns
         self.events: list[dict[str, Any]] = []
         self.threads: dict[tuple[int, int], str] = {}
         self.external = 0
@@ -78,7 +75,7 @@ class _Builder:
              args: dict[str, Any]) -> dict[str, Any]:
         ts = self.us(start)
         event = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
-                 "dur": self.us(end) - ts, "args": args}
+                 "dur": (end - start) / 1000, "args": args}
         self.events.append(event)
         return event
 
@@ -300,7 +297,7 @@ def render(ctx: ExportContext) -> str:
     if info is not None:
         doc["distributedInfo"] = info  # before traceEvents: HTA reads the first "rank" key
     doc.update({
-        "displayTimeUnit": "ms", "baseTimeNanoseconds": BASE_NS,
+        "displayTimeUnit": "ms", "baseTimeNanoseconds": ctx.axis.base_ns,
         "jobprof": {"iteration": it.index, "profiler_step": profiler_step(it.index),
                     "device_id": ctx.device_id, "rank_id": ctx.job.get("rank_id", NA),
                     "sources": sources, "device_tasks": device_mode,
@@ -310,7 +307,7 @@ def render(ctx: ExportContext) -> str:
         "traceEvents": _metadata(b, device_mode) + [step] + [e for e in b.events if e is not step],
         "traceName": name,
     })
-    return json.dumps(doc)
+    return json.dumps(doc, ensure_ascii=False)
 
 
 _NOTES = {

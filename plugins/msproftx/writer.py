@@ -49,7 +49,7 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
     if not records:
         return
     pid = timeline.process(ctx.program or "python", HOST_LABEL)
-    us = ctx.to_us
+    us, dur = ctx.to_us, ctx.dur_us
     by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         by_thread[r["t"]].append(r)
@@ -65,11 +65,9 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
                 args["Start Iteration"] = r["si"]
             if "et" in r:
                 args["End Thread"] = r["et"]
-            start = us(r["s"])
-            # dur is the difference of the rounded floats: ts + dur lands exactly on the end,
-            # so spans that nest in ns still nest in the file
+            # dur from the integer ends: spans that nest in ns nest in the file (jobprof.clock)
             events.append({"name": text(r["m"]) or "(empty message)", "pid": pid,
-                           "tid": lane_tid(thread, lane), "ts": start, "dur": us(r["e"]) - start,
+                           "tid": lane_tid(thread, lane), "ts": us(r["s"]), "dur": dur(r["s"], r["e"]),
                            "args": args, "ph": "X"})
     timeline.add(events)
 

@@ -97,10 +97,10 @@ class TaskTable:
         self.stop_cells = [f"{e // 1000}.{e % 1000:03d}\t" for e in ends]
         self.dur_cells = [f"{d // 1000}.{d % 1000:03d}" for d in durs]
         self.wait_cells = [f"{w // 1000}.{w % 1000:03d}" for w in (t.wait for t in tasks)]
-        # timeline ts and dur: dur is the difference of the two rounded floats, so ts + dur
-        # lands exactly on the end and nesting survives the rounding
-        self.ts = [s / 1000 for s in starts]
-        self.tdur = [e / 1000 - ts for e, ts in zip(ends, self.ts, strict=True)]
+        # timeline ts (us since the job's time base) and dur (from integer ns): jobprof.clock
+        shift = anchor.epoch_ns - anchor.monotonic_ns - ctx.axis.offset_ns  # epoch ns -> base ns
+        self.ts = [(s - shift) / 1000 for s in starts]
+        self.tdur = [d / 1000 for d in durs]
         self.streams = [t.stream for t in tasks]
         self.task_ids = [t.task_id for t in tasks]
         self.core_types = [t.core_type for t in tasks]

@@ -16,19 +16,18 @@ Master timeline layers:
   ``Communication`` (communication tasks and the ``hccl`` stream's collectives),
   ``Communication(Not Overlapped)`` and ``Free`` over the iteration.
 
-``ts`` values are epoch µs floats from the iteration's clock anchor (``ExportContext.to_us``);
-each ``dur`` is the difference of two such floats so that ``ts + dur`` is exactly the end.
+``ts`` values are µs since the job's time base and each ``dur`` comes from the integer ns ends
+(``jobprof.clock.TimeAxis``), so spans that nest in ns nest for the reader too.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from jobprof import optree
 from jobprof.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, TID
 from jobprof.plugins.task_trace.table import TaskTable, table
-from jobprof.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label
+from jobprof.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label, dumps
 from jobprof.types import ExportContext
 
 HOST_PROCESS = "CANN"
@@ -59,12 +58,12 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
     _device_threads(timeline, pid, tab)
     model = ctx.iteration.model_id
     names: dict[str, str] = {}
-    events = [f'{{"name": {names.get(n) or names.setdefault(n, json.dumps(n))}, "pid": {pid}, '
+    events = [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
               f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
               f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}}}, "ph": "X"}}'
               for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
                                                    tab.core_types, tab.task_ids, strict=True)]
-    meta = json.dumps(timeline.metadata)
+    meta = dumps(timeline.metadata)
     return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
 
 
@@ -101,7 +100,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         return
     tab = table(ctx)
     records = view.records
-    offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns
+    offset = ctx.axis.offset_ns
     host_pid = timeline.process(HOST_PROCESS, HOST_LABEL)
     # host calls only: not the device work, nor Kineto's projections of ranges onto GPU
     # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
@@ -132,13 +131,13 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     for r in hosts:
         key = (r[NAME], r[KIND])
         if key not in heads:
-            args = f'{{"Op Type": {json.dumps(optree.op_type(r[NAME]))}' if r[KIND] == "cpu_op" \
-                else f'{{"Event Type": {json.dumps(r[KIND])}'
-            heads[key] = f'{{"name": {json.dumps(r[NAME])}, "pid": {host_pid}, "args": {args}'
+            args = f'{{"Op Type": {dumps(optree.op_type(r[NAME]))}' if r[KIND] == "cpu_op" \
+                else f'{{"Event Type": {dumps(r[KIND])}'
+            heads[key] = f'{{"name": {dumps(r[NAME])}, "pid": {host_pid}, "args": {args}'
     dtype_text: dict[tuple[str, ...], str] = {}
     events = [f'{heads[r[NAME], r[KIND]]}'
               f'{_inputs(r, dtype_text) if r[KIND] == "cpu_op" and r[SHAPES] is not None else ""}}}, '
-              f'"tid": {tid}, "ts": {t!r}, "dur": {(s + r[DUR]) / 1000 - t!r}, "ph": "X"}}'
+              f'"tid": {tid}, "ts": {t!r}, "dur": {r[DUR] / 1000!r}, "ph": "X"}}'
               for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
     if tab is not None:
         _add_tasks(ctx, timeline, view, tab, host_pid, track, ts_of, events)
@@ -154,7 +153,7 @@ def _inputs(record: list[Any], dtype_text: dict[tuple[str, ...], str]) -> str:
     key = tuple(record[DTYPES])
     names = dtype_text.get(key)
     if names is None:
-        names = dtype_text[key] = json.dumps(record[DTYPES])
+        names = dtype_text[key] = dumps(record[DTYPES])
     return f', "Input Dims": {record[SHAPES]}, "Input type": {names}'
 
 
@@ -165,7 +164,7 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab:
     _device_threads(timeline, pid, tab)
     model = ctx.iteration.model_id
     names: dict[str, str] = {}
-    events += [f'{{"name": {names.get(n) or names.setdefault(n, json.dumps(n))}, "pid": {pid}, '
+    events += [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
                f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
                f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}}}, "ph": "X"}}'
                for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
@@ -193,12 +192,11 @@ def _add_overlap(ctx: ExportContext, timeline: Timeline, view: optree.OpView) ->
             communication.append((r["start_ns"], r["end_ns"]))
     spans = optree.overlap(computing, communication, it.start_ns, it.end_ns)
     pid = timeline.process(OVERLAP_PROCESS, device_label(ctx.device_id))
-    offset = ctx.anchor.epoch_ns - ctx.anchor.monotonic_ns
+    offset = ctx.axis.offset_ns
     events: list[str] = []
     for tid, name in enumerate(OVERLAP_THREADS):
         timeline.thread(pid, tid, name)
         head = f'{{"name": "{name}", "pid": {pid}, "tid": {tid}, "ph": "X", "ts": '
         for start, end in spans[name]:
-            ts = (start + offset) / 1000
-            events.append(f'{head}{ts!r}, "dur": {(end + offset) / 1000 - ts!r}}}')
+            events.append(f'{head}{(start + offset) / 1000!r}, "dur": {(end - start) / 1000!r}}}')
     timeline.add_text(events)

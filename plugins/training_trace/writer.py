@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobprof.timeline import DEVICE_PROCESS, Timeline, device_label
+from jobprof.rawstore import PROFILER_STREAM
+from jobprof.timeline import DEVICE_PROCESS, Timeline, device_label, dumps
 from jobprof.types import NA, ExportContext, Iteration
 
 #: the plugin's raw stream: one record per iteration with its marked points
@@ -32,8 +32,24 @@ def step_values(ctx: ExportContext) -> dict[str, Any]:
     reduces = sorted((r["start_ns"], r["end_ns"]) for r in ctx.records("hccl")
                      if str(r.get("op", "")).lower() in REDUCE_OPS
                      and it.start_ns <= r.get("start_ns", -1) <= it.end_ns)
+    prev_end = it.start_ns if it.index > 1 else None
     return {"start": it.start_ns, "end": it.end_ns, "fp": fp, "bp": bp, "reduces": reduces,
-            "prev_end": it.start_ns if it.index > 1 else None}
+            "prev_end": prev_end, "own_before_fp": own_ns(ctx, prev_end, fp)}
+
+
+def own_ns(ctx: ExportContext, start: int | None, end: int | None) -> int:
+    """jobprof's own time (the core's ``profiler`` spans) inside ``[start, end)``: the hand-over
+    at the previous iteration's end lies before FP Start, and is not the job's data time."""
+    if start is None or end is None:
+        return 0
+    return sum(max(0, min(b, end) - max(a, start)) for a, b in ctx.records(PROFILER_STREAM))
+
+
+def data_aug_bound(v: Mapping[str, Any]) -> str:
+    """Previous Iteration End to FP Start, less jobprof's own time in that gap."""
+    if v["prev_end"] is None or v["fp"] is None:
+        return NA
+    return f"{(v['fp'] - v['prev_end'] - v['own_before_fp']) / 1000:.3f}"
 
 
 def _dur(a: int | None, b: int | None) -> str:
@@ -45,7 +61,7 @@ def render_csv(ctx: ExportContext) -> str:
     stamp = ctx.stamp_cell
     row = [ctx.device_id, ctx.iteration.index, stamp(v["fp"]), stamp(v["bp"]), stamp(v["end"]),
            _dur(v["start"], v["end"]), _dur(v["fp"], v["bp"]), _dur(v["bp"], v["end"]),
-           _dur(v["prev_end"], v["fp"]), ctx.iteration.model_id]
+           data_aug_bound(v), ctx.iteration.model_id]
     pairs = v["reduces"] or [None]
     header = HEADER + ["Reduce Start(us)", "Reduce Duration(us)"] * len(pairs)
     for pair in pairs:
@@ -64,7 +80,7 @@ def render_json(ctx: ExportContext) -> str:
          "args": {"sort_index": 70000 + ctx.iteration.model_id}, "ph": "M"},
     ]
     reduce_name = f"Reduce (Model ID:{ctx.iteration.model_id})"
-    return json.dumps(events + trace_events(ctx, pid, tid, tid + 1, reduce_name))
+    return dumps(events + trace_events(ctx, pid, tid, tid + 1, reduce_name))
 
 
 def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
@@ -82,10 +98,8 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
     v = step_values(ctx)
     k = ctx.iteration.index
     us = ctx.to_us
-    # ts/dur: float epoch us; dur is the difference of the two rounded floats (exact in
-    # binary), so ts + dur lands exactly on the end and nesting survives the rounding.
-    # Exact durations go in the args.
-    dur = lambda a, b: us(b) - us(a)  # noqa: E731
+    # ts: us since the job's time base, dur from the integer ends (jobprof.clock.TimeAxis)
+    dur = ctx.dur_us
     span = lambda a, b: round((b - a) / 1000, 3)  # noqa: E731
     events: list[dict[str, Any]] = []
     points = {"Iteration ID": k, "FP Start": us(v["fp"]) if v["fp"] is not None else NA,
@@ -123,5 +137,6 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
                 "id": f"Data_aug Bound {k}"}
         events.append({**flow, "ph": "s", "ts": us(v["prev_end"]), "args": {"Iteration ID": k}})
         events.append({**flow, "ph": "t", "ts": us(v["fp"]),
-                       "args": {"Data_aug Bound(us)": span(v["prev_end"], v["fp"])}})
+                       "args": {"Data_aug Bound(us)": float(data_aug_bound(v)),
+                                "jobprof hand-over(us)": round(v["own_before_fp"] / 1000, 3)}})
     return events

@@ -1,0 +1,275 @@
+"""The compatibility matrix's one rule: a program runs the same profiled and unprofiled.
+
+Every case runs a real program (``programs/*.py``, plain user code that knows nothing of
+jobprof) once unprofiled and once per option set, in the same test, and compares what the
+program itself shows: its exit code, its stdout (losses as ``repr`` floats, so equal text is
+bit-identical floats; RNG draws and compile counters printed at the end), its own stderr lines
+(jobprof's are prefixed ``jobprof:``).  Then it checks what jobprof recorded: the iterations
+found against the true optimizer steps, the method, and a sane summary.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+REPO = Path(__file__).resolve().parents[2]
+
+#: the option sets of every row: the step tier, the operator tier at l0 and l1, one aic group
+STEP_TIER = {"training_trace": "on", "dp": "on", "msproftx": "on"}
+OPTION_SETS: dict[str, dict[str, str]] = {
+    "step": STEP_TIER,
+    "l0": {**STEP_TIER, "task_trace": "l0"},
+    "l1": {**STEP_TIER, "task_trace": "l1", "aicpu": "on"},
+    "aic": {**STEP_TIER, "task_trace": "on", "aic_metrics": "PipeUtilization"},
+}
+
+#: lines a program may print that differ run to run whatever jobprof does (wall times, rates)
+DEFAULT_VOLATILE = re.compile(r"runtime|per_second|elapsed|it/s|s/it|\d+:\d\d")
+#: torch's log records (``TORCH_LOGS`` artifacts, dynamo/inductor warnings) carry a time stamp
+#: and a pid: compared as level and message, never dropped as volatile
+TORCH_LOG = re.compile(r"^(?:\[rank\d+\]:)?([VIWEC])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ (.*)$")
+
+
+def _own_lines(text: str, volatile: re.Pattern[str]) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        log = TORCH_LOG.match(line)
+        if log:
+            out.append(f"{log[1]} {log[2]}")
+        elif line.strip() and not line.startswith("jobprof:") and not volatile.search(line):
+            out.append(line)
+    return out
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PROFILING_", "JOBPROF_", "TORCH_LOGS"))
+           and k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    # one thread and deterministic algorithms make a run's floats a function of its inputs alone
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONHASHSEED": "0",
+                "CUBLAS_WORKSPACE_CONFIG": ":4096:8"})
+    env.update(extra)
+    return env
+
+
+@attrs.frozen
+class Run:
+    """One run of a program: what it showed and, when profiled, where jobprof wrote."""
+
+    label: str
+    code: int
+    stdout: str
+    stderr: str
+    output: Path | None
+
+    def own_stderr(self, volatile: re.Pattern[str] = DEFAULT_VOLATILE) -> list[str]:
+        """The program's own stderr lines: jobprof's prefixed lines and volatile ones dropped,
+        torch's log records without their time stamp and pid."""
+        return _own_lines(self.stderr, volatile)
+
+    def own_stdout(self, volatile: re.Pattern[str] = DEFAULT_VOLATILE) -> list[str]:
+        return _own_lines(self.stdout, volatile)
+
+    def jobprof_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith("jobprof:")]
+
+    def prof_dir(self) -> Path:
+        assert self.output is not None, f"{self.label} was not profiled"
+        found = sorted(self.output.glob("PROF_*"))
+        assert len(found) == 1, f"{self.label}: expected one PROF_ folder, found {found}"
+        return found[0]
+
+    def describe(self) -> str:
+        return (f"[{self.label}] exit {self.code}\nstdout:\n{self.stdout[-3000:]}\n"
+                f"stderr:\n{self.stderr[-6000:]}")
+
+
+def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] | None = None,
+        args: Iterable[str] = (), env: Mapping[str, str] | None = None, timeout: float = 600,
+        launcher: list[str] | None = None) -> Run:
+    """Run ``program`` (a file in ``programs/`` or a path), profiled when ``options`` is given."""
+    path = Path(program) if Path(program).is_absolute() else PROGRAMS / program
+    work = tmp / label
+    work.mkdir(parents=True, exist_ok=True)
+    extra = dict(env or {})
+    output = None
+    if options is not None:
+        output = work / "prof"
+        extra["PROFILING_MODE"] = "true"
+        extra["PROFILING_OPTIONS"] = json.dumps({"output": str(output), **options})
+    cmd = [*(launcher or [sys.executable]), str(path), *args]
+    proc = subprocess.run(cmd, cwd=work, env=clean_env(**extra), capture_output=True, text=True,
+                          timeout=timeout)
+    return Run(label, proc.returncode, proc.stdout, proc.stderr, output)
+
+
+def run_matrix(program: str | Path, tmp: Path, option_sets: Iterable[str] = tuple(OPTION_SETS),
+               args: Iterable[str] = (), env: Mapping[str, str] | None = None, timeout: float = 600,
+               launcher: list[str] | None = None, parallel: int = 2) -> tuple[Run, dict[str, Run]]:
+    """The unprofiled run and one profiled run per option set, two at a time (one thread each)."""
+    args = list(args)
+    jobs = {"unprofiled": None, **{name: OPTION_SETS[name] for name in option_sets}}
+    with ThreadPoolExecutor(parallel) as pool:
+        futures = {label: pool.submit(run, program, tmp, label, opts, args, env, timeout, launcher)
+                   for label, opts in jobs.items()}
+        runs = {label: f.result() for label, f in futures.items()}
+    return runs.pop("unprofiled"), runs
+
+
+def assert_same(base: Run, profiled: Run, volatile: re.Pattern[str] = DEFAULT_VOLATILE) -> None:
+    """(a)+(b): exit code, stdout (losses, RNG draws, counters) and own stderr lines are equal."""
+    assert base.code == 0, base.describe()
+    assert profiled.code == base.code, profiled.describe()
+    shown = f"--- unprofiled\n{base.stdout[-3000:]}\n--- {profiled.label}\n{profiled.stdout[-3000:]}"
+    assert profiled.own_stdout(volatile) == base.own_stdout(volatile), f"stdout differs\n{shown}"
+    shown = f"--- unprofiled\n{base.stderr[-4000:]}\n--- {profiled.label}\n{profiled.stderr[-4000:]}"
+    assert profiled.own_stderr(volatile) == base.own_stderr(volatile), f"stderr differs\n{shown}"
+
+
+def facts(run_: Run) -> dict[str, str]:
+    """``KEY value`` lines a program prints about itself (``STEPS 12``, ``FORWARDS 20``)."""
+    out = {}
+    for line in run_.stdout.splitlines():
+        m = re.match(r"^([A-Z_]+) (.*)$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def iterations(run_: Run, device: int = 0) -> tuple[list[Any], dict[str, Any]]:
+    from jobprof.profile import Profile
+
+    profile = Profile(run_.prof_dir())
+    return profile.iterations(device), profile.info(device).get("jobprof", {})
+
+
+def assert_iterations(run_: Run, expected: int, method: str, device: int = 0) -> list[Any]:
+    """(c): one iteration per true step, found by ``method``, tiling the run."""
+    its, info = iterations(run_, device)
+    assert info.get("iteration_method") == method, (run_.label, info.get("iteration_method"))
+    assert [it.index for it in its] == list(range(1, expected + 1)), \
+        f"{run_.label}: {len(its)} iterations recorded, {expected} true steps\n{run_.describe()}"
+    for prev, it in itertools.pairwise(its):
+        assert it.start_ns == prev.end_ns and it.end_ns > it.start_ns
+    assert info.get("end_reason") == "exit", info.get("end_reason")
+    return its
+
+
+def step_trace_rows(run_: Run, device: int = 0) -> dict[int, dict[str, str]]:
+    rows = {}
+    for path in sorted((run_.prof_dir() / f"device_{device}" / "summary").glob("step_trace_*.csv")):
+        with open(path, newline="") as handle:
+            for row in csv.DictReader(handle):
+                rows[int(row["Iteration ID"])] = row
+    return rows
+
+
+def summary(run_: Run) -> dict[str, Any]:
+    exe = Path(sys.executable).with_name("jobprof")
+    proc = subprocess.run([str(exe), "summary", "--json", str(run_.prof_dir())], capture_output=True,
+                          text=True, timeout=300, env=clean_env())
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _us(text: str) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def assert_summary_sane(run_: Run, device: int = 0) -> dict[str, Any]:
+    """(f): the summary's FP→BP is the step_trace CSV's (less what was painted before it), the
+    jobprof part lies where jobprof worked, and no iteration is blamed for jobprof's start-up."""
+    from jobprof import rawstore
+
+    model = summary(run_)
+    csv_rows = step_trace_rows(run_, device)
+    raw = dict(rawstore.read(run_.prof_dir() / f"device_{device}"))
+    rows = [r for r in model["iterations"] if r["device"] == device]
+    assert rows, model
+    for r in rows:
+        index = r["iteration"]
+        fp_bp = _us(csv_rows[index]["FP to BP Time(us)"])
+        fb = r["forward_backward_ms"]
+        before = sum(r[k] or 0.0 for k in ("profiler_ms", "data_wait_ms", "communication_not_overlapped_ms"))
+        if fp_bp is None:
+            assert fb is None, (index, fb)
+            continue
+        assert fb is not None, (index, r)
+        assert fp_bp / 1e3 - before - 1e-3 <= fb <= fp_bp / 1e3 + 1e-3, (index, fb, fp_bp, r)
+        it = raw[index]["iteration"][0]
+        for start, end in raw[index].get(rawstore.PROFILER_STREAM, []):
+            # jobprof's span starts where its work started: after the iteration began
+            assert it["start_ns"] < start <= end, (index, start, end, it)
+    rank = rows[0]["rank"]
+    if any(f["key"] == "warmup" and f["evidence"].get("rank") == rank for f in model["findings"]):
+        first = next(r for r in rows if r["iteration"] == 1)
+        median = next(x for x in model["ranks"] if x["rank"] == rank)["breakdown_ms"]["iteration"]["median"]
+        assert first["iteration_ms"] - (first["profiler_ms"] or 0) > 3 * median, (first, median)
+    return model
+
+
+def _clip(line: str | None, at: int, width: int = 160) -> str:
+    """``line`` around column ``at`` (where it first differs from the other arm's)."""
+    if line is None:
+        return "<none>"
+    start = max(0, at - 40)
+    return ("..." if start else "") + line[start:start + width] + ("..." if len(line) > start + width else "")
+
+
+def reason(base, run, exc, volatile: re.Pattern[str] = DEFAULT_VOLATILE) -> str:
+    """One line saying why ``run`` failed: the first difference the program shows, else the check."""
+    if run.code != base.code:
+        last = [line for line in run.stderr.splitlines() if line.strip()][-1:] or ["(no stderr)"]
+        return f"exit {run.code} (unprofiled {base.code}): {last[0][:200]}"
+    for what, mine, theirs in (("stdout", run.own_stdout(volatile), base.own_stdout(volatile)),
+                               ("stderr", run.own_stderr(volatile), base.own_stderr(volatile))):
+        if mine != theirs:
+            pairs = zip(mine, theirs, strict=False)
+            k = next((i for i, (a, b) in enumerate(pairs) if a != b), min(len(mine), len(theirs)))
+            a = mine[k] if k < len(mine) else None
+            b = theirs[k] if k < len(theirs) else None
+            at = next((i for i, (x, y) in enumerate(zip(a or "", b or "", strict=False)) if x != y),
+                      min(len(a or ""), len(b or "")))
+            return f"{what} line {k}: profiled {_clip(a, at)!r}, unprofiled {_clip(b, at)!r}"
+    text = str(exc).splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def check_all(base, runs, steps, method, extra=(), volatile: re.Pattern[str] = DEFAULT_VOLATILE):
+    """(a)-(f) for every profiled run, then each ``extra(base, run)`` check; one failure report
+    naming each option set that failed, at which check and why."""
+    assert base.code == 0, base.describe()
+    checks = [("same", lambda base, run: assert_same(base, run, volatile)),
+              ("iterations", lambda base, run: assert_iterations(run, steps, method)),
+              ("summary", lambda base, run: assert_summary_sane(run)),
+              *((getattr(check, "__name__", "extra"), check) for check in extra)]
+    failures = {}
+    for label, run in runs.items():
+        for name, check in checks:
+            try:
+                check(base, run)
+            except AssertionError as exc:
+                failures[label] = (f"[{name}] {reason(base, run, exc, volatile)}", str(exc))
+                break
+    if failures:
+        heads = "\n".join(f"  {label}: {line}" for label, (line, _) in failures.items())
+        details = "\n\n".join(f"===== {label}\n{text}" for label, (_, text) in failures.items())
+        pytest.fail(f"{len(failures)}/{len(runs)} option sets failed:\n{heads}\n\n{details}", pytrace=False)

@@ -1,0 +1,43 @@
+"""Plain PyTorch loops, profiled and unprofiled in the same test.
+
+Each row runs ``programs/plain.py <shape> <n>`` unprofiled and under every option set, then
+checks every option set (all of them, so one failure names every option set it hits).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import check_all, facts, run_matrix
+
+#: (shape, argv n, iteration method jobprof must find)
+ROWS = [
+    ("optimizer", 6, "optimizer_step"),
+    ("manual_sgd", 6, "backward"),
+    ("accumulation", 6, "optimizer_step"),
+    ("amp", 6, "optimizer_step"),
+    ("lbfgs", 2, "optimizer_step"),
+    ("gan", 6, "optimizer_step"),
+    ("eval_between", 6, "optimizer_step"),
+    ("inference", 8, "forward"),
+    ("dataloader", 6, "optimizer_step"),
+]
+
+
+@pytest.mark.parametrize(("shape", "n", "method"), ROWS, ids=[row[0] for row in ROWS])
+def test_plain_loop(tmp_path, shape, n, method):
+    base, runs = run_matrix("plain.py", tmp_path, args=[shape, str(n)])
+    assert base.code == 0, base.describe()
+    found = facts(base)
+    steps = int(found["STEPS"])
+    assert steps == n, found
+    if shape == "lbfgs":
+        # the row exists for step(closure) calling the closure more often than jobprof's
+        # tentative-segment limit (16): every call must still fold into its one step
+        calls = [int(c) for c in found["CLOSURE_CALLS"].split()]
+        assert len(calls) == n and min(calls) > 16, calls
+    if shape == "amp":
+        # no step skipped: each scaler.step was a true optimizer step
+        scales = {line.split()[2] for line in base.stdout.splitlines() if line.startswith("scale ")}
+        assert len(scales) == 1, scales
+    check_all(base, runs, steps, method)
