@@ -28,10 +28,12 @@ from jobprof import rawstore
 from jobprof.export import device_dirs, read_meta
 from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
 from jobprof.selection import ranges, window
+from jobprof.timeline import PID_BASE
 
 #: the master timeline's writer name (``jobprof.timeline.NAME``)
 MASTER = "msprof"
-#: new pids are ``group * PID_BLOCK + n``: a block of pids per rank (a file has at most 100)
+#: new pids are ``PID_BASE + group * PID_BLOCK + n``: a block of pids per rank (a file has at
+#: most 100), above every tid (jobprof.timeline's track rule)
 PID_BLOCK = 1000
 #: a ``ts`` above this (µs, ~3 years) is epoch µs: a file rendered before the job's time base
 #: existed (jobprof.clock), whose base is the epoch itself
@@ -89,12 +91,18 @@ def read_sources(prof: Path) -> list[RankSource]:
     return sorted(sources, key=lambda s: (s.rank, s.device))
 
 
+def group_of(pid: int) -> int:
+    """The source group (rank order in the merge) a merged file's pid belongs to."""
+    return (pid - PID_BASE) // PID_BLOCK
+
+
 class Rewriter:
     """Rewrites the events of one source (a rank, or a device) into the merged file's space.
 
     Processes are matched by name across that source's files (each per-iteration file numbers
     them by first use, so one name may have different pids in two files) and get pids
-    ``group * PID_BLOCK + n``; flow ids are renumbered from a counter shared by every source,
+    ``PID_BASE + group * PID_BLOCK + n`` (:func:`group_of` reads the group back); flow ids are
+    renumbered from a counter shared by every source,
     since each file starts its own at 0; ``ts`` moves, in integer ns, from the source's time
     base (``base_ns``) to the output's (``out_base_ns``), plus the source's clock ``offset_ns``.
     """
@@ -118,7 +126,7 @@ class Rewriter:
         if pid is None:
             if len(self._pids) >= PID_BLOCK - 1:
                 raise MergeError(f"more than {PID_BLOCK - 1} processes in group {self.group}")
-            pid = self._pids[key] = self.group * PID_BLOCK + len(self._pids) + 1
+            pid = self._pids[key] = PID_BASE + self.group * PID_BLOCK + len(self._pids) + 1
         return pid
 
     def rewrite(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -26,14 +26,36 @@ NAME = "msprof"
 HOST_LABEL = "CPU"
 #: msprof's device-side process; step trace threads live in it
 DEVICE_PROCESS = "Ascend Hardware"
-#: pids are ``os_pid * PID_SLOTS + n``: unique per process of a job, so ranks never collide
+#: The track rule of every timeline file jobprof writes (per-iteration files, merge, the CANN 8
+#: layout; the Kineto files follow Kineto's own), for readers that key threads by tid: Perfetto
+#: reads pid and tid as uint32, puts a tid that equals the pid, and tid 0, on the process's own
+#: main-thread track, and drops a tid above 2**32 - 1 onto it too.  So:
+#:
+#: * pids lie in ``[PID_BASE, 2**32)``: ``PID_BASE + os_pid * PID_SLOTS + n`` in a per-iteration
+#:   file (unique per process of a job on a host), ``PID_BASE + group * PID_BLOCK + n`` in a merge;
+#: * tids lie in ``[0, PID_BASE)``: OS thread ids (< 2**22) and their lanes (``+ k * 2**22``,
+#:   ``jobprof.lanes``), stream, plane and group numbers, and jobprof's own tracks in a process
+#:   that also holds OS-thread tracks from ``SYNTHETIC_TID`` up;
+#:
+#: so no tid equals a pid, a tid 0 is one track of its own, and every track Perfetto shows is
+#: the (pid, tid) the file names.
+PID_BASE = 1 << 31
+#: per-iteration pids are ``PID_BASE + os_pid * PID_SLOTS + n`` (Linux pids are below 2**22)
 PID_SLOTS = 100
+#: tids of jobprof's own tracks beside OS-thread tracks (step trace beside the device streams)
+SYNTHETIC_TID = 1 << 30
+_OS_PIDS = 1 << 22
 
 
 def dumps(value: Any) -> str:
     """JSON text for a timeline file: characters as UTF-8, not ``\\u`` escapes (Perfetto's JSON
     importer shows an escape literally)."""
     return json.dumps(value, ensure_ascii=False)
+
+
+def process_pid(os_pid: int, n: int = 0) -> int:
+    """The file pid of the ``n``-th process of the OS process ``os_pid`` (the track rule above)."""
+    return PID_BASE + (os_pid % _OS_PIDS) * PID_SLOTS + n
 
 
 def device_label(device_id: int) -> str:
@@ -51,7 +73,7 @@ class Timeline:
     """
 
     def __init__(self, os_pid: int) -> None:
-        self._base = os_pid * PID_SLOTS
+        self._base = process_pid(os_pid)
         self._processes: dict[str, int] = {}
         self._threads: set[tuple[int, int]] = set()
         self.metadata: list[dict[str, Any]] = []

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import Runner, check_timeline, free_port, jobprof_cli, read_csv
 from jobprof import cann8
-from jobprof.merge import PID_BLOCK
+from jobprof.merge import group_of
 
 STEPS = 6
 #: contract section 2: <name>_<YYYYMMDDhhmmss>.csv|json, slices <name>_slice_<n>_<ts>.csv
@@ -158,7 +158,7 @@ def test_timelines_hold_every_event_with_a_pid_block_per_device(job: Path, name:
     inputs = per_iteration(job, "timeline", name)
     for device, files in inputs.items():
         assert len(files) == STEPS
-        mine = [e for e in events if e["pid"] // PID_BLOCK == device]
+        mine = [e for e in events if group_of(e["pid"]) == device]
         want = [e for f in files for e in json.loads(f.read_text())]
         assert len(mine) == len(want)
         assert Counter((e["ph"], e["name"], e.get("ts"), e.get("dur")) for e in mine) == \

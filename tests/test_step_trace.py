@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import check_timeline, raw, read_csv
+from jobprof.plugins.training_trace.writer import step_trace_tid
 
 # Injected durations (ms) and the stated tolerance: a measured phase is at least the injected
 # time minus 1 ms (clock granularity) and at most the injected time plus TOLERANCE_MS (sleep
@@ -177,7 +178,7 @@ def test_master_timeline_holds_the_step_trace_track(single_process):
         step = json.loads(path.with_name(path.name.replace("msprof_", "step_trace_")).read_text())
         x = lambda evs: sorted((e["name"], e["ts"], e["dur"]) for e in evs if e["ph"] == "X")  # noqa: E731
         assert x(events) == x(step)  # the same slices, in the device process
-        assert {e["tid"] for e in events if e["ph"] == "X"} == {70000 + 4294967295}
+        assert {e["tid"] for e in events if e["ph"] == "X"} == {step_trace_tid(4294967295)}
 
 
 def test_workers_prefetch_hides_the_data_wait(tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv, stamp_ts
+from jobprof.plugins.training_trace.writer import step_trace_tid
 
 MODEL = 4294967295
 STEPS = 6
@@ -253,7 +254,7 @@ def test_master_timeline_layers_and_flows(plain):
         assert (labels[cann], labels[hw], labels[pids["Overlap Analysis"]]) == ("CPU", "NPU 0", "NPU 0")
         assert threads[(cann, plain.tid)] == f"Thread {plain.tid}"
         assert threads[(hw, plain.tid)] == f"Stream {plain.tid}"
-        assert threads[(hw, 70000 + MODEL)] == f"Step Trace(Model ID:{MODEL})"  # shares the process
+        assert threads[(hw, step_trace_tid(MODEL))] == f"Step Trace(Model ID:{MODEL})"  # shares the process
         xs = [e for e in events if e["ph"] == "X"]
         host = [e for e in xs if e["pid"] == cann]
         # every host record: the operators and the optimizer's own record_function blocks

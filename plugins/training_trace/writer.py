@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobprof.rawstore import PROFILER_STREAM
-from jobprof.timeline import DEVICE_PROCESS, Timeline, device_label, dumps
+from jobprof.timeline import DEVICE_PROCESS, SYNTHETIC_TID, Timeline, device_label, dumps, process_pid
 from jobprof.types import NA, ExportContext, Iteration
 
 #: the plugin's raw stream: one record per iteration with its marked points
@@ -69,9 +69,17 @@ def render_csv(ctx: ExportContext) -> str:
     return ctx.csv(header, [row])
 
 
+def step_trace_tid(model_id: int) -> int:
+    """The step trace track's tid (its Reduce track is the next): msprof's ``70000 + model id``
+    overflows a uint32 for the eager model 4294967295, and a device process holds OS-thread
+    streams too, so it lies above them (``jobprof.timeline``'s track rule)."""
+    return SYNTHETIC_TID + 2 * (model_id % (1 << 20))
+
+
 def render_json(ctx: ExportContext) -> str:
-    """The step_trace timeline file: one process with the model's track (old-layout structure)."""
-    pid, tid = ctx.pid, ctx.pid
+    """The step_trace timeline file: one process with the model's track (old-layout structure,
+    pid and tid after the core's track rule)."""
+    pid, tid = process_pid(ctx.pid), step_trace_tid(ctx.iteration.model_id)
     events: list[dict[str, Any]] = [
         {"name": "process_name", "pid": pid, "tid": 0, "args": {"name": "Step Trace"}, "ph": "M"},
         {"name": "thread_name", "pid": pid, "tid": tid,
@@ -87,8 +95,8 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     """The step trace thread of the master timeline, in the device process as msprof puts it."""
     model = ctx.iteration.model_id
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
-    tid = 70000 + model
-    timeline.thread(pid, tid, f"Step Trace(Model ID:{model})", sort_index=tid)
+    tid = step_trace_tid(model)
+    timeline.thread(pid, tid, f"Step Trace(Model ID:{model})", sort_index=70000 + model)
     timeline.add(trace_events(ctx, pid, tid, tid + 1, f"Reduce(Model ID:{model})", timeline))
 
 
@@ -133,10 +141,12 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
                                 f"Reduce End {j}": us(end)},
                        "cat": "Reduce", "ph": "X"})
     if v["prev_end"] is not None and v["fp"] is not None:
-        flow = {"name": f"Data_aug Bound {k}", "cat": "Data_aug Bound", "pid": pid, "tid": tid,
-                "id": f"Data_aug Bound {k}"}
+        # msprof writes a string id and an unfinished 's'/'t' pair, which Perfetto drops
+        # (flow_invalid_id): the id is the iteration (flows are keyed by cat, name and id) and the
+        # flow ends with 'f' bound to its enclosing slice (FP_BP), as viewers need
+        flow = {"name": f"Data_aug Bound {k}", "cat": "Data_aug Bound", "pid": pid, "tid": tid, "id": k}
         events.append({**flow, "ph": "s", "ts": us(v["prev_end"]), "args": {"Iteration ID": k}})
-        events.append({**flow, "ph": "t", "ts": us(v["fp"]),
+        events.append({**flow, "ph": "f", "bp": "e", "ts": us(v["fp"]),
                        "args": {"Data_aug Bound(us)": float(data_aug_bound(v)),
                                 "jobprof hand-over(us)": round(v["own_before_fp"] / 1000, 3)}})
     return events

@@ -2,8 +2,8 @@
 
 Usage, from the repository root (``tests/`` has no ``__init__.py``; both forms work)::
 
-    python -m tests.perfetto FILE [FILE...]
-    python tests/perfetto.py FILE [FILE...]
+    python -m tests.perfetto_check FILE [FILE...]
+    python tests/perfetto_check.py FILE [FILE...]
 
 Each file (Chrome-trace JSON, or a native Perfetto protobuf trace; either may be gzipped) is
 loaded into a fresh trace processor and reported with: its events by phase as counted in the
@@ -67,7 +67,15 @@ QUERIES = {
     "slices": "select count(*) from slice",
     "flows": "select count(*) from flow",
     "stats": "select name, idx, severity, value from stats where value > 0 order by name, idx",
+    # where each slice landed: the process and thread names of its track (a JSON tid 0 goes to
+    # the swapper thread, a tid above 2**32 - 1 to the process's main thread: names tell)
+    # (and how many tracks: one (pid, tid) of the file seen as two threads splits its track)
+    "tracks": "select p.name, t.name, count(*), count(distinct tt.id) from slice s "
+              "join thread_track tt on s.track_id = tt.id join thread t using(utid) "
+              "left join process p using(upid) group by p.name, t.name",
 }
+#: the problem named when slices land on other tracks than the file names (value: how many)
+MISPLACED = "jobprof_slices_on_other_tracks"
 
 
 class CheckError(RuntimeError):
@@ -82,6 +90,8 @@ class Result:
     flows: int
     problems: dict[str, int]  # "name" or "name[idx]" -> value: error/data_loss or WATCHED stats > 0
     seconds: float = field(default=0.0, compare=False)  # load + queries in the trace processor
+    #: (process name, thread name) -> (slices, thread tracks) after import
+    tracks: dict[tuple[str | None, str | None], tuple[int, int]] = field(default_factory=dict, compare=False)
 
 
 # -- the bundled UI -------------------------------------------------------------------------------
@@ -177,6 +187,38 @@ def count_proto(data: bytes) -> dict[str, int]:
                 elif enum in (36, 42):  # the older uint64 flow ids
                     counts["flow_ids"] += 1
     return dict(counts)
+
+
+def file_tracks(path: Path) -> dict[tuple[str | None, str | None], tuple[int, int]] | None:
+    """(X events, distinct (pid, tid)) per (process name, thread name) as the JSON file names
+    them (its ``process_name`` and ``thread_name`` metadata); None for a protobuf trace."""
+    data = read_bytes(path)
+    if data.lstrip()[:1] not in (b"{", b"["):
+        return None
+    doc = json.loads(data)
+    listed = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    events = [e for e in listed if isinstance(e, dict)]
+    processes = {e.get("pid"): e["args"].get("name") for e in events
+                 if e.get("ph") == "M" and e.get("name") == "process_name"}
+    threads = {(e.get("pid"), e.get("tid")): e["args"].get("name") for e in events
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    out: dict[tuple[str | None, str | None], tuple[int, set]] = {}
+    for e in events:
+        if e.get("ph") == "X":
+            key = (processes.get(e.get("pid")), threads.get((e.get("pid"), e.get("tid"))))
+            n, ids = out.get(key, (0, set()))
+            ids.add((e.get("pid"), e.get("tid")))
+            out[key] = (n + 1, ids)
+    return {k: (n, len(ids)) for k, (n, ids) in out.items()}
+
+
+def misplaced(expected: dict[tuple[str | None, str | None], tuple[int, int]],
+              found: dict[tuple[str | None, str | None], tuple[int, int]]) -> int:
+    """Slices on another track than the file puts them on (half the count difference), plus
+    tracks split or joined (a (pid, tid) of the file seen as several threads, or the reverse)."""
+    keys = expected.keys() | found.keys()
+    moved = sum(abs(expected.get(k, (0, 0))[0] - found.get(k, (0, 0))[0]) for k in keys) // 2
+    return moved + sum(abs(expected.get(k, (0, 0))[1] - found.get(k, (0, 0))[1]) for k in keys)
 
 
 # -- the page: an RPC client of the engine worker -------------------------------------------------
@@ -528,9 +570,16 @@ class Checker:
         problems = {(name if idx is None else f"{name}[{idx}]"): int(value)
                     for name, idx, severity, value in res["stats"]["rows"]
                     if severity in ("error", "data_loss") or WATCHED.search(name)}
+        tracks = {(p, t): (int(n), int(k)) for p, t, n, k in res["tracks"]["rows"]}
+        try:
+            expected = file_tracks(path)
+        except Exception:
+            expected = None
+        if expected is not None and misplaced(expected, tracks):
+            problems[MISPLACED] = misplaced(expected, tracks)
         return Result(path=path, file_counts=counts, slices=int(res["slices"]["rows"][0][0]),
                       flows=int(res["flows"]["rows"][0][0]), problems=problems,
-                      seconds=time.monotonic() - t0)
+                      seconds=time.monotonic() - t0, tracks=tracks)
 
     def check(self, paths: Iterable[Path]) -> list[Result]:
         return [self.check_file(p) for p in paths]
@@ -582,7 +631,7 @@ def _phases(counts: dict[str, int], *phases: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     from tabulate import tabulate
 
-    ap = argparse.ArgumentParser(prog="python -m tests.perfetto",
+    ap = argparse.ArgumentParser(prog="python -m tests.perfetto_check",
                                  description="What Perfetto's trace processor loses importing traces.")
     ap.add_argument("files", nargs="+", type=Path)
     ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per file (default 120)")
