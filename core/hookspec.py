@@ -190,7 +190,8 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     label)`` for a pid (the same name gives the same pid, so plugins can share a process),
     name tracks with ``timeline.thread(pid, tid, name)`` and ``timeline.add(events)``: Chrome
     trace events whose ``ts`` comes from ``ctx.to_us`` and ``dur`` from ``ctx.dur_us`` (the
-    time rule of ``jobprof.clock``).  Events on one (pid, tid) must nest.
+    time rule of ``jobprof.clock``).  Events on one (pid, tid) must nest, and tids stay below
+    ``jobprof.timeline.PID_BASE`` (the track rule there).
     The file is written only if some plugin added an event.
 
     Example::

@@ -15,6 +15,7 @@ are shared with the CANN 8 layout (``jobprof.cann8``), which stitches timelines 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import statistics
@@ -182,8 +183,11 @@ class TraceWriter:
         self.events = 0
         self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = open(self._tmp, "w", encoding="utf-8",  # noqa: SIM115 (closed by close/abort)
-                            errors="backslashreplace")
+        # a .gz name is gzip-compressed (Perfetto and chrome://tracing open it as it is)
+        # (closed by close/abort)
+        self._handle = (gzip.open(self._tmp, "wt", encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+                                  compresslevel=6) if path.suffix == ".gz" else
+                        open(self._tmp, "w", encoding="utf-8", errors="backslashreplace"))  # noqa: SIM115
         self._handle.write('{"traceEvents":[\n' if wrapped else "[\n")
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
@@ -297,6 +301,56 @@ def align(sources: Sequence[RankSource], how: str) -> Alignment:
 
 # --- merge -----------------------------------------------------------------------------------
 
+#: output formats: Chrome-trace JSON, or a native Perfetto trace (jobprof.pftrace)
+FORMATS = ("auto", "json", "perfetto")
+#: ``auto`` writes JSON up to this many events: past it Perfetto's JSON importer (which holds the
+#: whole document) and chrome://tracing slow down badly (bench/perfetto_formats.py)
+JSON_EVENTS_MAX = 1_000_000
+_PERFETTO_SUFFIXES = (".pftrace", ".perfetto-trace", ".pb", ".proto")
+
+
+def default_name(fmt: str) -> str:
+    return "merged.pftrace" if fmt == "perfetto" else "merged.json"
+
+
+def named_format(out: Path | None) -> str | None:
+    """The format an output name asks for (``x.json``, ``x.pftrace``, either ``.gz``), if any."""
+    if out is None:
+        return None
+    suffixes = [x.lower() for x in out.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]
+    if suffixes[-1:] == [".json"]:
+        return "json"
+    if suffixes and suffixes[-1] in _PERFETTO_SUFFIXES:
+        return "perfetto"
+    return None
+
+
+def count_events(paths: Iterable[Path]) -> int:
+    """Events in the input files, counted without parsing (one ``"ph"`` key per event)."""
+    return sum(path.read_bytes().count(b'"ph"') for path in paths)
+
+
+def choose_format(fmt: str, out: Path | None, paths: Sequence[Path]) -> tuple[str, str]:
+    """(json or perfetto, why) for ``--format fmt`` and ``-o out``."""
+    from jobprof import pftrace
+
+    if fmt != "auto":
+        return fmt, f"--format {fmt}"
+    named = named_format(out)
+    if named is not None:
+        return named, f"the output name {out.name if out else ''} asks for it"
+    events = count_events(paths)
+    if events <= JSON_EVENTS_MAX:
+        return "json", f"{events:,} events, at most the {JSON_EVENTS_MAX:,} a JSON trace opens well with"
+    if not pftrace.available():
+        return "json", (f"{events:,} events, past the {JSON_EVENTS_MAX:,} a JSON trace opens well with, but "
+                        "the native Perfetto format needs pip install 'jobprof[perfetto]'")
+    return "perfetto", (f"{events:,} events, past the {JSON_EVENTS_MAX:,} that Perfetto's JSON importer and "
+                        "chrome://tracing handle well")
+
+
 @attrs.frozen
 class MergeResult:
     path: Path
@@ -306,6 +360,9 @@ class MergeResult:
     notes: tuple[str, ...]
     #: the metadata written per rank (device, host, offset, iterations, events, pids)
     ranks: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    #: json or perfetto, and why that one
+    format: str = "json"
+    format_reason: str = ""
 
 
 def select(sources: Sequence[RankSource], ranks: Sequence[int] | None) -> list[RankSource]:
@@ -318,10 +375,12 @@ def select(sources: Sequence[RankSource], ranks: Sequence[int] | None) -> list[R
     return chosen
 
 
-def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | None = None,
+def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[int] | None = None,
           iterations: tuple[int, int] | None = None,
-          progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None) -> MergeResult:
-    """Write every selected rank's master timelines of the selected iterations to ``out``."""
+          progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
+          fmt: str = "json") -> MergeResult:
+    """Write every selected rank's master timelines of the selected iterations to ``out``
+    (None: ``merged.json`` or ``merged.pftrace`` in ``prof``), as ``fmt`` (:data:`FORMATS`)."""
     sources = select(read_sources(prof), ranks)
     if not sources:
         raise MergeError(f"{prof} has no device_<id> folders")
@@ -357,8 +416,20 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
     counts: dict[int, int] = {}
     meta: dict[str, Any] = {}
     todo = [(g, source, f.path) for g, (source, files) in enumerate(plan) for f in files]
+    fmt, why = choose_format(fmt, out, [path for _, _, path in todo])
+    out = out or prof / default_name(fmt)
     walk: Iterable[Any] = progress(todo, len(todo)) if progress else todo
-    with TraceWriter(out) as writer:
+    writer: TraceWriter | Any
+    if fmt == "perfetto":
+        from jobprof import pftrace
+
+        try:
+            writer = pftrace.PerfettoWriter(out, out_base)
+        except pftrace.PerfettoUnavailable as exc:
+            raise MergeError(str(exc)) from exc
+    else:
+        writer = TraceWriter(out)
+    with writer:
         rewriters: dict[int, Rewriter] = {}
         for group, source, path in walk:
             rewriter = rewriters.get(group)
@@ -383,10 +454,15 @@ def merge(prof: Path, out: Path, *, how: str = "clock", ranks: Sequence[int] | N
                 "iterations": ", ".join(ranges(its)), "files": len(files),
                 "events": counts.get(source.device, 0),
                 "pids": rewriters[group].pids, **alignment.detail.get(source.device, {})}
+        if fmt == "perfetto":
+            for phase, n in sorted(writer.unsupported.items()):
+                notes.append(f"{n} event(s) of phase {phase!r} have no native Perfetto form: left out")
+            if writer.unbound_flows:
+                notes.append(f"{writer.unbound_flows} flow event(s) bind to no slice: left out")
         writer.close({"jobprof": {
             "prof_dir": str(prof), "timeline": MASTER, "clock": alignment.clock, "time_base_ns": out_base,
             "clock_note": CLOCK_NOTES[alignment.clock], "ranks": meta, "notes": notes}})
-    return MergeResult(out, counts, len(todo), alignment, tuple(notes), meta)
+    return MergeResult(out, counts, len(todo), alignment, tuple(notes), meta, fmt, why)
 
 
 CLOCK_NOTES = {

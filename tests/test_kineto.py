@@ -10,6 +10,7 @@ Holistic Trace Analysis's temporal breakdown agrees with op_summary.
 from __future__ import annotations
 
 import json
+import logging
 from decimal import Decimal
 from pathlib import Path
 
@@ -171,7 +172,8 @@ def test_hta_temporal_breakdown(job: tuple[Runner, Path, str], tmp_path: Path) -
 
 def test_task_trace_off_still_has_steps(runner: Runner) -> None:
     """Without task_trace: ProfilerStep and the step phases, no device work, a note at start;
-    a job that is not distributed has no distributedInfo (as torch.profiler writes it)."""
+    a job that is not distributed says rank 0 of 1 (torch omits distributedInfo, and HTA then
+    warns that the file has no rank): HTA reads it without a warning."""
     proc = runner.run("""
         import torch
         from torch import nn
@@ -187,7 +189,8 @@ def test_task_trace_off_still_has_steps(runner: Runner) -> None:
     device = runner.device_dir()
     for i in (1, 2, 3):
         doc = trace(device, 0, i)
-        assert "distributedInfo" not in doc and doc["jobprof"]["device_tasks"] == "none"
+        assert doc["distributedInfo"] == {"rank": 0, "world_size": 1}
+        assert doc["jobprof"]["device_tasks"] == "none"
         names = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"]
         assert names.count(f"ProfilerStep#{i - 1}") == 1 and "FP_BP" in names
         assert not [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "cpu_op")]
@@ -195,6 +198,20 @@ def test_task_trace_off_still_has_steps(runner: Runner) -> None:
     assert proc.returncode == 0, proc.stderr
     [prof] = runner.prof_dirs()
     assert [p.name for p in (prof / "kineto").iterdir()] == ["iteration_2"]
+    trace_file = pytest.importorskip("hta.common.trace_file")
+    # HTA's logger does not propagate (its logging.config): listen on it directly
+    warned: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = warned.append  # type: ignore[method-assign]
+    hta_logger = logging.getLogger("hta")
+    hta_logger.addHandler(handler)
+    try:
+        ok, ranks = trace_file.create_rank_to_trace_dict(
+            [str(p) for p in (prof / "kineto" / "iteration_2").iterdir()])
+    finally:
+        hta_logger.removeHandler(handler)
+    assert ok and list(ranks) == [0]
+    assert not warned, [r.getMessage() for r in warned]
 
 
 def test_option_off_writes_nothing(runner: Runner) -> None:

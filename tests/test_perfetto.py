@@ -10,6 +10,9 @@ headless Chromium), and for each file:
 * no ``stats`` row of severity error or data_loss, no overlap drop, no flow problem;
 * as many slices as the file has X events, as many flows as it has flow starts;
 * every slice on the track the file names (process and thread names), one track per (pid, tid).
+
+The native Perfetto merge (``--format perfetto``, gzip too) must import with the same slices,
+flows and tracks as the JSON merge of the same profile.
 """
 
 from __future__ import annotations
@@ -134,3 +137,19 @@ def test_cann8_timelines(prof: Path, checker: perfetto.Checker, tmp_path: Path) 
     assert any(p.name.startswith("msprof_") for p in files), files
     for path in files:
         assert_whole(checker, path)
+
+
+def test_native_perfetto_merge_matches_the_json(prof: Path, checker: perfetto.Checker,
+                                                tmp_path: Path) -> None:
+    pytest.importorskip("perfetto.trace_builder.proto_builder")
+    json_out, native, packed = tmp_path / "m.json", tmp_path / "m.pftrace", tmp_path / "m.pftrace.gz"
+    for out, extra in ((json_out, ()), (native, ()), (packed, ("--format", "perfetto"))):
+        proc = jobprof_cli("merge", str(prof), "-o", str(out), *extra)
+        assert proc.returncode == 0, proc.stderr
+        assert ("native Perfetto trace" in proc.stdout) == (out != json_out), proc.stdout
+    want = assert_whole(checker, json_out)
+    for out in (native, packed):
+        got = checker.check_file(out)
+        assert got.problems == {}, got.problems
+        assert (got.slices, got.flows) == (want.slices, want.flows)
+        assert got.tracks == want.tracks

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from jobprof.commands._common import add_prof_dir, add_selection, selection
-from jobprof.merge import ALIGNS, MergeError, merge
+from jobprof.merge import ALIGNS, FORMATS, JSON_EVENTS_MAX, MergeError, merge
 from jobprof.profile import find_prof_dir
 from jobprof.progress import progress
 
@@ -18,7 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "group per rank, one time axis)")
     add_prof_dir(p)
     p.add_argument("-o", "--output", type=Path, default=None,
-                   help="the merged file (default: merged.json in the PROF_ directory)")
+                   help="the merged file (default: merged.json, or merged.pftrace for the native format, in "
+                        "the PROF_ directory); a .gz name is gzip-compressed")
+    p.add_argument("--format", choices=FORMATS, default="auto",
+                   help="json: Chrome-trace JSON; perfetto: a native Perfetto trace (protobuf, needs "
+                        "jobprof[perfetto]); auto (default): what the output name says, else JSON up to "
+                        f"{JSON_EVENTS_MAX:,} events and the native format above")
     p.add_argument("--align", choices=ALIGNS, default="clock",
                    help="clock: each process's clock anchor (right for ranks on one host); collectives: "
                         "per-rank offsets estimated from collectives every rank ran (ranks on several "
@@ -35,10 +40,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"jobprof: error: {exc}", file=sys.stderr)
         return 2
     iterations, ranks = chosen.iterations, sorted(chosen.ranks) if chosen.ranks is not None else None
-    out = args.output or prof / "merged.json"
     try:
-        result = merge(prof, out, how=args.align, ranks=ranks, iterations=iterations,
-                       progress=lambda todo, n: progress(todo, total=n, desc="merge", unit="file"))
+        result = merge(prof, args.output, how=args.align, ranks=ranks, iterations=iterations,
+                       progress=lambda todo, n: progress(todo, total=n, desc="merge", unit="file"),
+                       fmt=args.format)
     except MergeError as exc:
         print(f"jobprof: error: {exc}", file=sys.stderr)
         return 1
@@ -46,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"jobprof: {note}", file=sys.stderr)
     per_rank = ", ".join(f"rank {rank}: {info['events']} events (offset {info['offset_us']:+.1f} us)"
                          for rank, info in result.ranks.items())
-    print(f"{out}: {result.files} file(s), aligned by {result.alignment.clock}; {per_rank}")
+    kind = "native Perfetto trace" if result.format == "perfetto" else "Chrome-trace JSON"
+    print(f"{result.path}: {kind} ({result.format_reason}); {result.files} file(s), aligned by "
+          f"{result.alignment.clock}; {per_rank}")
     return 0
 

@@ -268,11 +268,13 @@ def _metadata(b: _Builder, device_mode: str) -> list[dict[str, Any]]:
     return out
 
 
-def distributed_info(job: Any) -> dict[str, Any] | None:
-    """torch.profiler's ``distributedInfo`` (None outside a distributed job, as torch omits it)."""
+def distributed_info(job: Any) -> dict[str, Any]:
+    """torch.profiler's ``distributedInfo``.  Outside a distributed job torch omits it and HTA
+    then warns that the file has no rank and takes 0: the file says rank 0 of 1 itself (what HTA's
+    warning asks for), without a backend."""
     rank, world = job.get("rank_id", NA), job.get("world_size", NA)
     if not isinstance(rank, int) or not isinstance(world, int):
-        return None
+        return {"rank": 0, "world_size": 1}
     return {"backend": job.get("backend", NA), "rank": rank, "world_size": world}
 
 
@@ -293,9 +295,7 @@ def render(ctx: ExportContext) -> str:
     sources = ["iteration", *(s for s in _SOURCES if ctx.records(s))]
     name = SPEC.filename(ctx.device_id, it.model_id, it.index)
     doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": []}
-    info = distributed_info(ctx.job)
-    if info is not None:
-        doc["distributedInfo"] = info  # before traceEvents: HTA reads the first "rank" key
+    doc["distributedInfo"] = distributed_info(ctx.job)  # before traceEvents: HTA reads the first "rank"
     doc.update({
         "displayTimeUnit": "ms", "baseTimeNanoseconds": ctx.axis.base_ns,
         "jobprof": {"iteration": it.index, "profiler_step": profiler_step(it.index),
