@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
+
+_F = TypeVar("_F", bound="StreamedFile")
 
 
 def atomic_write(path: Path, data: str | bytes) -> int:
@@ -29,3 +32,41 @@ def write_with_done(path: Path, data: str) -> int:
     size = atomic_write(path, data)
     atomic_write(path.with_name(path.name + ".done"), f"filesize:{size}\n")
     return size
+
+
+class StreamedFile:
+    """A file written as a stream into ``.<name>.<pid>.tmp`` beside ``path`` and renamed into
+    place by :meth:`finish` (a reader never sees half of it); an error inside ``with`` removes
+    the temporary file.  A ``.gz`` name is gzip-compressed.  ``self.handle`` is text (UTF-8, a
+    lone surrogate as its ``\\u`` escape) or, with ``binary``, bytes."""
+
+    def __init__(self, path: Path, binary: bool = False) -> None:
+        import gzip
+
+        self.path = path
+        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        mode = "wb" if binary else "wt"
+        text = {} if binary else {"encoding": "utf-8", "errors": "backslashreplace"}
+        # closed by finish() or abort()
+        self.handle = (gzip.open(self._tmp, mode, compresslevel=6, **text) if path.suffix == ".gz"  # noqa: SIM115
+                       else open(self._tmp, mode, **text))  # noqa: SIM115
+
+    def finish(self) -> Path:
+        self.handle.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        self.handle.close()
+        try:
+            self._tmp.unlink()
+        except OSError:
+            pass
+
+    def __enter__(self: _F) -> _F:
+        return self
+
+    def __exit__(self, kind: object, *_: object) -> None:
+        if kind is not None:
+            self.abort()

@@ -15,9 +15,7 @@ are shared with the CANN 8 layout (``jobprof.cann8``), which stitches timelines 
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -27,6 +25,7 @@ import attrs
 
 from jobprof import rawstore
 from jobprof.export import device_dirs, read_meta
+from jobprof.fsio import StreamedFile
 from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
 from jobprof.selection import ranges, window
 from jobprof.timeline import PID_BASE
@@ -170,32 +169,26 @@ class Rewriter:
             e["args"] = {**args, "sort_index": self.group * PID_BLOCK + args["sort_index"]}
 
 
-class TraceWriter:
+class TraceWriter(StreamedFile):
     """A Chrome-trace file written as a stream, renamed into place by :meth:`close`.
 
     ``wrapped``: the JSON object form (``{"traceEvents": [...], "displayTimeUnit": "ms",
     "metadata": {...}}``) that viewers read with its metadata; else a bare JSON array, the form
-    of msprof's own timeline files."""
+    of msprof's own timeline files.  A ``.gz`` name is gzip-compressed (Perfetto and
+    chrome://tracing open it as it is)."""
 
     def __init__(self, path: Path, wrapped: bool = True) -> None:
-        self.path = path
+        super().__init__(path)
         self.wrapped = wrapped
         self.events = 0
-        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # a .gz name is gzip-compressed (Perfetto and chrome://tracing open it as it is)
-        # (closed by close/abort)
-        self._handle = (gzip.open(self._tmp, "wt", encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
-                                  compresslevel=6) if path.suffix == ".gz" else
-                        open(self._tmp, "w", encoding="utf-8", errors="backslashreplace"))  # noqa: SIM115
-        self._handle.write('{"traceEvents":[\n' if wrapped else "[\n")
+        self.handle.write('{"traceEvents":[\n' if wrapped else "[\n")
 
     def write(self, events: Sequence[dict[str, Any]]) -> None:
         """Append events (one file's at a time: dumped as one string, then freed by the caller)."""
         if not events:
             return
         text = json.dumps(events, separators=(",", ":"), ensure_ascii=False)[1:-1]
-        self._handle.write((",\n" if self.events else "") + text)
+        self.handle.write((",\n" if self.events else "") + text)
         self.events += len(events)
 
     def close(self, metadata: dict[str, Any] | None = None) -> Path:
@@ -203,24 +196,8 @@ class TraceWriter:
         if self.wrapped:
             meta = json.dumps(metadata or {}, ensure_ascii=False)
             tail += ',"displayTimeUnit":"ms","metadata":' + meta + "}"
-        self._handle.write(tail + "\n")
-        self._handle.close()
-        os.replace(self._tmp, self.path)
-        return self.path
-
-    def abort(self) -> None:
-        self._handle.close()
-        try:
-            self._tmp.unlink()
-        except OSError:
-            pass
-
-    def __enter__(self) -> TraceWriter:
-        return self
-
-    def __exit__(self, kind: Any, *_: Any) -> None:
-        if kind is not None:
-            self.abort()
+        self.handle.write(tail + "\n")
+        return self.finish()
 
 
 def load_events(path: Path) -> list[dict[str, Any]]:

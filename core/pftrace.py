@@ -30,12 +30,12 @@ renamed into place by :meth:`PerfettoWriter.close`.  A ``.gz`` name is gzip-comp
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from jobprof.fsio import StreamedFile
 
 #: the one packet sequence of the file (no interning: each packet is self-contained)
 SEQUENCE = 1
@@ -72,10 +72,6 @@ def _ns(value: Any) -> int:
     return round(float(value) * 1000)
 
 
-def open_output(tmp: Path, gz: bool) -> IO[bytes]:
-    return gzip.open(tmp, "wb", compresslevel=6) if gz else open(tmp, "wb")
-
-
 class PerfettoWriter:
     """The interface of ``merge.TraceWriter`` (write per input file, close, abort), in protobuf."""
 
@@ -87,10 +83,8 @@ class PerfettoWriter:
         self.unsupported: dict[str, int] = {}
         #: flow events with no slice to bind to at their ts on their track
         self.unbound_flows = 0
-        self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._handle = open_output(self._tmp, path.suffix == ".gz")
-        self._out = builder(self._handle)
+        self._file = StreamedFile(path, binary=True)
+        self._out = builder(self._file.handle)
         self._processes: dict[int, int] = {}  # pid -> track uuid
         self._threads: dict[tuple[int, int], int] = {}  # (pid, tid) -> track uuid
         self._counters: dict[tuple[int, str], int] = {}
@@ -305,16 +299,10 @@ class PerfettoWriter:
     def close(self, metadata: dict[str, Any] | None = None) -> Path:
         """Finish the file (``metadata`` has no place in a protobuf trace: merge prints it and
         the JSON format keeps it)."""
-        self._handle.close()
-        os.replace(self._tmp, self.path)
-        return self.path
+        return self._file.finish()
 
     def abort(self) -> None:
-        self._handle.close()
-        try:
-            self._tmp.unlink()
-        except OSError:
-            pass
+        self._file.abort()
 
     def __enter__(self) -> PerfettoWriter:
         return self

@@ -153,3 +153,21 @@ def test_native_perfetto_merge_matches_the_json(prof: Path, checker: perfetto.Ch
         assert got.problems == {}, got.problems
         assert (got.slices, got.flows) == (want.slices, want.flows)
         assert got.tracks == want.tracks
+
+
+def test_auto_format_follows_the_event_count(prof: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a name that says, merge writes JSON up to JSON_EVENTS_MAX events, native above
+    (the threshold lowered here: a real 1 M-event profile is the bench's)."""
+    pytest.importorskip("perfetto.trace_builder.proto_builder")
+    from jobprof import merge as merge_mod
+
+    copy = tmp_path / prof.name
+    shutil.copytree(prof, copy)
+    small = merge_mod.merge(copy, None, fmt="auto")
+    assert small.format == "json" and small.path == copy / "merged.json", small
+    assert "at most the 1,000,000" in small.format_reason
+    monkeypatch.setattr(merge_mod, "JSON_EVENTS_MAX", sum(small.events.values()) - 1)
+    big = merge_mod.merge(copy, None, fmt="auto")
+    assert big.format == "perfetto" and big.path == copy / "merged.pftrace", big
+    assert "past the" in big.format_reason and big.path.stat().st_size > 0
