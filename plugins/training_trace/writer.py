@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from jobprof.lanes import assign_lanes, lane_name, lane_tid
 from jobprof.rawstore import PROFILER_STREAM
 from jobprof.timeline import DEVICE_PROCESS, SYNTHETIC_TID, Timeline, device_label, dumps, process_pid
 from jobprof.types import NA, ExportContext, Iteration
@@ -128,14 +129,18 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
                        "args": {"Iteration ID": k, "BP End": us(v["bp"]), "Iteration End": us(v["end"]),
                                 "Iteration Refresh(us)": span(v["bp"], v["end"])},
                        "cat": "Iteration Refresh", "ph": "X"})
-    if v["reduces"]:
+    # DDP's bucket all-reduces overlap (each is launched before the previous one ends): one
+    # track cannot show that, so an overlapping reduce goes to the next lane (jobprof.lanes)
+    lanes = assign_lanes(v["reduces"])
+    for lane in sorted(set(lanes)):
+        tid_, name = lane_tid(reduce_tid, lane), lane_name(reduce_name, lane)
         if timeline is not None:
-            timeline.thread(pid, reduce_tid, reduce_name)
+            timeline.thread(pid, tid_, name)
         else:
-            events.append({"name": "thread_name", "pid": pid, "tid": reduce_tid,
-                           "args": {"name": reduce_name}, "ph": "M"})
-    for j, (start, end) in enumerate(v["reduces"]):
-        events.append({"name": f"Reduce_{k}_{j}", "pid": pid, "tid": reduce_tid, "ts": us(start),
+            events.append({"name": "thread_name", "pid": pid, "tid": tid_, "args": {"name": name}, "ph": "M"})
+    for j, ((start, end), lane) in enumerate(zip(v["reduces"], lanes, strict=True)):
+        events.append({"name": f"Reduce_{k}_{j}", "pid": pid, "tid": lane_tid(reduce_tid, lane),
+                       "ts": us(start),
                        "dur": dur(start, end),
                        "args": {"Iteration ID": k, f"Reduce Start {j}": us(start),
                                 f"Reduce End {j}": us(end)},
