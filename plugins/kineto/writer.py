@@ -186,6 +186,28 @@ def _input_args(record: list[Any]) -> dict[str, Any]:
     return {"Input Dims": record[SHAPES], "Input type": record[DTYPES], "Input Strides": record[STRIDES]}
 
 
+def _host_lanes(view: optree.OpView, train_tid: int, start_ns: int, end_ns: int) -> dict[int, int]:
+    """The lane of each host record that cannot sit on its thread's track: one that overlaps a
+    sibling without nesting (the operator tree's second lane), and on the training thread one that
+    sticks out of ProfilerStep (a block cut at the iteration end, the optimizer step whose post
+    hook ended the iteration).  Those of one thread may overlap each other too, so they are spread
+    over lanes 1, 2, ... with ``assign_lanes``."""
+    records = view.records
+    off: dict[int, list[int]] = {}
+    for i, r in enumerate(records):
+        if r[KIND] in _GPU_CATS or r[KIND].startswith("cuda_profiler"):
+            continue
+        start, end = r[START], r[START] + r[DUR]
+        if view.lane[i] or (r[TID] == train_tid and (start < start_ns or end > end_ns)):
+            off.setdefault(r[TID], []).append(i)
+    lanes: dict[int, int] = {}
+    for indices in off.values():
+        spans = [(records[i][START], records[i][START] + records[i][DUR]) for i in indices]
+        for i, lane in zip(indices, assign_lanes(spans), strict=True):
+            lanes[i] = lane + 1
+    return lanes
+
+
 def _operators(b: _Builder, view: optree.OpView, train_tid: int) -> str:
     """Every record of the ops stream as torch.profiler writes it; returns how device tasks
     are shown (``cuda``, ``cpu_pseudo_device`` or ``none``)."""
@@ -194,6 +216,7 @@ def _operators(b: _Builder, view: optree.OpView, train_tid: int) -> str:
     externals = [b.next_external() for _ in records]
     correlation = 0
     pseudo = not view.has_device and bool(view.tasks)
+    lanes = _host_lanes(view, train_tid, it.start_ns, it.end_ns)
     for i, r in enumerate(records):
         kind = r[KIND]
         start, end = r[START], r[START] + r[DUR]
@@ -219,11 +242,10 @@ def _operators(b: _Builder, view: optree.OpView, train_tid: int) -> str:
         if kind in ("cuda_runtime", "cuda_driver"):
             args["correlation"] = r[CORR]
         thread = r[TID]
-        lane = view.lane[i]
-        if thread == train_tid and not lane and (start < it.start_ns or end > it.end_ns):
-            lane = 1  # sticks out of ProfilerStep: on its own lane, or the track would not nest
+        lane = lanes.get(i, 0)
         track = _tid(thread, _OPS, lane)
-        b.threads[(ctx.pid, track)] = f"thread {thread}" if not lane else f"thread {thread} (overlapping)"
+        b.threads[(ctx.pid, track)] = f"thread {thread}" if not lane else \
+            f"thread {thread} (overlapping{f' {lane}' if lane > 1 else ''})"
         task = task_of.get(i) if pseudo else None
         if task is not None:
             correlation += 1
