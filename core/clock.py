@@ -112,9 +112,6 @@ class TimeAxis:
         """Add to a monotonic ns to get ns since the base (for bulk conversion)."""
         return self.anchor.epoch_ns - self.anchor.monotonic_ns - self.base_ns
 
-    def ns(self, monotonic_ns: int) -> int:
-        return monotonic_ns + self.offset_ns
-
     def us(self, monotonic_ns: int) -> float:
         """``ts``: µs since the base of a raw timestamp (int / int: correctly rounded)."""
         return (monotonic_ns + self.offset_ns) / 1000
@@ -123,3 +120,9 @@ class TimeAxis:
     def dur(start_ns: int, end_ns: int) -> float:
         """``dur`` of a span from its integer ends."""
         return (end_ns - start_ns) / 1000
+
+
+def ts_ns(value: float | str) -> int:
+    """A timeline ``ts`` or ``dur`` (µs, a number or msprof's decimal string) in integer ns, as
+    Perfetto reads it (``llround(v * 1000)``): exact for a file written by the rule above."""
+    return round(float(value) * 1000)

@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 
 from jobprof import rawstore
+from jobprof.clock import ts_ns
 from jobprof.export import device_dirs, read_meta
 from jobprof.fsio import StreamedFile
 from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
@@ -41,6 +42,12 @@ EPOCH_TS = 1e14
 #: point-to-point operations pair up differently on each side: not used to align clocks
 _P2P = {"send", "recv", "isend", "irecv"}
 ALIGNS = ("clock", "collectives")
+
+
+def _file_base(ts: float | str, base_ns: int) -> int:
+    """The time base of a file whose first ``ts`` is ``ts``: its source's, or the epoch for an
+    epoch-µs file (see EPOCH_TS)."""
+    return 0 if float(ts) > EPOCH_TS else base_ns
 
 
 class MergeError(Exception):
@@ -136,8 +143,7 @@ class Rewriter:
         pids = {old: self._new_pid(f"name:{name}") for old, name in names.items()}
         flows: dict[tuple[Any, Any], int] = {}
         first = next((e["ts"] for e in events if e.get("ph") != "M" and "ts" in e), 0)
-        base = 0 if float(first) > EPOCH_TS else self.base_ns
-        shift = base - self.out_base_ns + self.offset_ns
+        shift = _file_base(first, self.base_ns) - self.out_base_ns + self.offset_ns
         for e in events:
             old = e.get("pid")
             if old is not None:
@@ -149,7 +155,7 @@ class Rewriter:
                 self._metadata(e)
                 continue
             if shift and "ts" in e:
-                e["ts"] = (round(float(e["ts"]) * 1000) + shift) / 1000
+                e["ts"] = (ts_ns(e["ts"]) + shift) / 1000
             if "id" in e and e.get("ph") in ("s", "t", "f"):
                 key = (e.get("cat"), e["id"])
                 new = flows.get(key)
@@ -235,8 +241,7 @@ def collective_ends(device_dir: Path, base_ns: int = 0) -> dict[tuple[str, int, 
             args = e.get("args") or {}
             if e.get("ph") != "X" or e.get("name") in _P2P or "seq" not in args:
                 continue
-            ts = float(e["ts"])
-            end = round(ts * 1000) + round(float(e["dur"]) * 1000) + (0 if ts > EPOCH_TS else base_ns)
+            end = ts_ns(e["ts"]) + ts_ns(e["dur"]) + _file_base(e["ts"], base_ns)
             ends[(str(args.get("group")), int(args["seq"]), str(e["name"]))] = end
     return ends
 

@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jobprof.clock import ts_ns
 from jobprof.fsio import StreamedFile
 
 #: the one packet sequence of the file (no interning: each packet is self-contained)
@@ -68,10 +69,6 @@ def available() -> bool:
     return True
 
 
-def _ns(value: Any) -> int:
-    return round(float(value) * 1000)
-
-
 class PerfettoWriter:
     """The interface of ``merge.TraceWriter`` (write per input file, close, abort), in protobuf."""
 
@@ -85,7 +82,7 @@ class PerfettoWriter:
         self.unbound_flows = 0
         self._file = StreamedFile(path, binary=True)
         self._out = builder(self._file.handle)
-        self._processes: dict[int, int] = {}  # pid -> track uuid
+        self._processes: dict[int, tuple[int, int]] = {}  # pid -> (track uuid, descriptor pid)
         self._threads: dict[tuple[int, int], int] = {}  # (pid, tid) -> track uuid
         self._counters: dict[tuple[int, str], int] = {}
         self._names: dict[int, str] = {}
@@ -108,30 +105,36 @@ class PerfettoWriter:
         packet.trusted_packet_sequence_id = SEQUENCE
         return packet
 
-    def _process(self, pid: int) -> int:
-        uuid = self._processes.get(pid)
-        if uuid is None:
-            uuid = self._processes[pid] = next(self._uuids)
-            packet = self._packet()
-            desc = packet.track_descriptor
-            desc.uuid = uuid
-            desc.process.pid = PROTO_PID_BASE + len(self._processes)
+    def _track(self, parent: int | None = None) -> tuple[int, Any, Any]:
+        """A new track's (uuid, packet, descriptor), the descriptor filled by the caller."""
+        uuid = next(self._uuids)
+        packet = self._packet()
+        desc = packet.track_descriptor
+        desc.uuid = uuid
+        if parent is not None:
+            desc.parent_uuid = parent
+        return uuid, packet, desc
+
+    def _process(self, pid: int) -> tuple[int, int]:
+        """(track uuid, descriptor pid) of the file's process ``pid``."""
+        known = self._processes.get(pid)
+        if known is None:
+            uuid, packet, desc = self._track()
+            known = self._processes[pid] = (uuid, PROTO_PID_BASE + len(self._processes) + 1)
+            desc.process.pid = known[1]
             if pid in self._names:
                 desc.process.process_name = self._names[pid]
             self._out.write_packet(packet)
-        return uuid
+        return known
 
     def _thread(self, pid: int, tid: int) -> int:
         key = (pid, tid)
         uuid = self._threads.get(key)
         if uuid is None:
-            parent = self._process(pid)
-            uuid = self._threads[key] = next(self._uuids)
-            packet = self._packet()
-            desc = packet.track_descriptor
-            desc.uuid, desc.parent_uuid = uuid, parent
-            desc.thread.pid = PROTO_PID_BASE + list(self._processes).index(pid) + 1
-            desc.thread.tid = len(self._threads)
+            parent, proto_pid = self._process(pid)
+            uuid, packet, desc = self._track(parent)
+            self._threads[key] = uuid
+            desc.thread.pid, desc.thread.tid = proto_pid, len(self._threads)
             if key in self._thread_names:
                 desc.thread.thread_name = self._thread_names[key]
             self._out.write_packet(packet)
@@ -141,11 +144,9 @@ class PerfettoWriter:
         key = (pid, name)
         uuid = self._counters.get(key)
         if uuid is None:
-            parent = self._process(pid)
-            uuid = self._counters[key] = next(self._uuids)
-            packet = self._packet()
-            desc = packet.track_descriptor
-            desc.uuid, desc.parent_uuid, desc.name = uuid, parent, name
+            uuid, packet, desc = self._track(self._process(pid)[0])
+            self._counters[key] = uuid
+            desc.name = name
             desc.counter.SetInParent()
             self._out.write_packet(packet)
         return uuid
@@ -189,8 +190,8 @@ class PerfettoWriter:
         for index, e in enumerate(events):
             ph = e.get("ph")
             if ph == "X":
-                start = _ns(e["ts"])
-                end = start + _ns(e.get("dur", 0))
+                start = ts_ns(e["ts"])
+                end = start + ts_ns(e.get("dur", 0))
                 spans.setdefault((e["pid"], e["tid"]), []).append((start, end, index))
             elif ph != "M":
                 others.append(e)
@@ -201,7 +202,7 @@ class PerfettoWriter:
         for e in others:
             ph = e.get("ph")
             if ph in ("s", "t", "f"):
-                target = self._enclosing(spans, starts, (e.get("pid"), e.get("tid")), _ns(e["ts"]))
+                target = self._enclosing(spans, starts, (e.get("pid"), e.get("tid")), ts_ns(e["ts"]))
                 if target is None or not isinstance(e.get("id"), int):
                     self.unbound_flows += 1
                     continue
@@ -272,7 +273,7 @@ class PerfettoWriter:
 
     def _instant(self, e: dict[str, Any]) -> None:
         packet = self._packet()
-        packet.timestamp = _ns(e["ts"])
+        packet.timestamp = ts_ns(e["ts"])
         event = packet.track_event
         event.track_uuid = self._thread(e["pid"], e["tid"])
         event.type = self._pb.TrackEvent.TYPE_INSTANT
@@ -288,7 +289,7 @@ class PerfettoWriter:
                 continue
             name = str(e.get("name", "")) if series in ("value", "") else f"{e.get('name', '')} {series}"
             packet = self._packet()
-            packet.timestamp = _ns(e["ts"])
+            packet.timestamp = ts_ns(e["ts"])
             event = packet.track_event
             event.track_uuid = self._counter(e["pid"], name)
             event.type = self._pb.TrackEvent.TYPE_COUNTER

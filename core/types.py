@@ -150,10 +150,8 @@ class ExportContext:
         """A timeline ``ts``: µs since the job's time base (jobprof.clock) of a raw timestamp."""
         return self.axis.us(monotonic_ns)
 
-    @staticmethod
-    def dur_us(start_ns: int, end_ns: int) -> float:
-        """A timeline ``dur`` from the span's two raw timestamps (exact: ts + dur is the end)."""
-        return (end_ns - start_ns) / 1000
+    #: a timeline ``dur`` from the span's two raw timestamps (exact: ts + dur is the end)
+    dur_us = staticmethod(TimeAxis.dur)
 
     def stamp(self, monotonic_ns: int) -> str:
         """Exact epoch microseconds with 3 decimals, for CSV columns."""
