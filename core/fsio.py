@@ -13,17 +13,9 @@ def atomic_write(path: Path, data: str | bytes) -> int:
     """Write ``data`` to ``path`` atomically; return the number of bytes written."""
     # a lone surrogate (a name from a broken decode) becomes its \\u escape, valid in JSON
     blob = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
+    with StreamedFile(path, binary=True, compress=False) as out:
+        out.handle.write(blob)
+        out.finish()
     return len(blob)
 
 
@@ -37,19 +29,20 @@ def write_with_done(path: Path, data: str) -> int:
 class StreamedFile:
     """A file written as a stream into ``.<name>.<pid>.tmp`` beside ``path`` and renamed into
     place by :meth:`finish` (a reader never sees half of it); an error inside ``with`` removes
-    the temporary file.  A ``.gz`` name is gzip-compressed.  ``self.handle`` is text (UTF-8, a
-    lone surrogate as its ``\\u`` escape) or, with ``binary``, bytes."""
+    the temporary file.  ``compress`` (default: a ``.gz`` name) gzip-compresses it.
+    ``self.handle`` is text (UTF-8, a lone surrogate as its ``\\u`` escape) or, with ``binary``,
+    bytes.  The folder must exist.  ``atomic_write`` is its one-shot form."""
 
-    def __init__(self, path: Path, binary: bool = False) -> None:
+    def __init__(self, path: Path, binary: bool = False, compress: bool | None = None) -> None:
         import gzip
 
         self.path = path
         self._tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        path.parent.mkdir(parents=True, exist_ok=True)
         mode = "wb" if binary else "wt"
         text = {} if binary else {"encoding": "utf-8", "errors": "backslashreplace"}
         # closed by finish() or abort()
-        self.handle = (gzip.open(self._tmp, mode, compresslevel=6, **text) if path.suffix == ".gz"  # noqa: SIM115
+        packed = path.suffix == ".gz" if compress is None else compress
+        self.handle = (gzip.open(self._tmp, mode, compresslevel=6, **text) if packed  # noqa: SIM115
                        else open(self._tmp, mode, **text))  # noqa: SIM115
 
     def finish(self) -> Path:

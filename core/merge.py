@@ -184,6 +184,7 @@ class TraceWriter(StreamedFile):
     chrome://tracing open it as it is)."""
 
     def __init__(self, path: Path, wrapped: bool = True) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
         super().__init__(path)
         self.wrapped = wrapped
         self.events = 0

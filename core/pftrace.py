@@ -80,6 +80,7 @@ class PerfettoWriter:
         self.unsupported: dict[str, int] = {}
         #: flow events with no slice to bind to at their ts on their track
         self.unbound_flows = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
         self._file = StreamedFile(path, binary=True)
         self._out = builder(self._file.handle)
         self._processes: dict[int, tuple[int, int]] = {}  # pid -> (track uuid, descriptor pid)

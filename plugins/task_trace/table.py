@@ -98,8 +98,8 @@ class TaskTable:
         self.dur_cells = [f"{d // 1000}.{d % 1000:03d}" for d in durs]
         self.wait_cells = [f"{w // 1000}.{w % 1000:03d}" for w in (t.wait for t in tasks)]
         # timeline ts (us since the job's time base) and dur (from integer ns): jobprof.clock
-        shift = anchor.epoch_ns - anchor.monotonic_ns - ctx.axis.offset_ns  # epoch ns -> base ns
-        self.ts = [(s - shift) / 1000 for s in starts]
+        base = ctx.axis.base_ns  # starts are epoch ns
+        self.ts = [(s - base) / 1000 for s in starts]
         self.tdur = [d / 1000 for d in durs]
         self.streams = [t.stream for t in tasks]
         self.task_ids = [t.task_id for t in tasks]
