@@ -123,14 +123,20 @@ def read_bytes(path: Path) -> bytes:
     return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
 
 
-def count_events(path: Path) -> dict[str, int]:
-    """Events in the file by phase: JSON ``ph`` as written; proto packets and TrackEvent types."""
-    data = read_bytes(path)
-    if data.lstrip()[:1] in (b"{", b"["):
-        doc = json.loads(data)
-        events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
-        return dict(Counter(str(e.get("ph")) for e in events if isinstance(e, dict)))
-    return count_proto(data)
+def json_events(data: bytes) -> list[dict[str, Any]] | None:
+    """The event objects of a JSON trace (array or ``traceEvents``); None for a protobuf trace."""
+    if data.lstrip()[:1] not in (b"{", b"["):
+        return None
+    doc = json.loads(data)
+    listed = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
+    return [e for e in listed if isinstance(e, dict)]
+
+
+def phase_counts(data: bytes, events: list[dict[str, Any]] | None) -> dict[str, int]:
+    """Events by phase: JSON ``ph`` as written; proto packets and TrackEvent types."""
+    if events is None:
+        return count_proto(data)
+    return dict(Counter(str(e.get("ph")) for e in events))
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -189,15 +195,9 @@ def count_proto(data: bytes) -> dict[str, int]:
     return dict(counts)
 
 
-def file_tracks(path: Path) -> dict[tuple[str | None, str | None], tuple[int, int]] | None:
-    """(X events, distinct (pid, tid)) per (process name, thread name) as the JSON file names
-    them (its ``process_name`` and ``thread_name`` metadata); None for a protobuf trace."""
-    data = read_bytes(path)
-    if data.lstrip()[:1] not in (b"{", b"["):
-        return None
-    doc = json.loads(data)
-    listed = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
-    events = [e for e in listed if isinstance(e, dict)]
+def file_tracks(events: list[dict[str, Any]]) -> dict[tuple[str | None, str | None], tuple[int, int]]:
+    """(X events, distinct (pid, tid)) per (process name, thread name) as a JSON trace's events
+    name them (its ``process_name`` and ``thread_name`` metadata)."""
     processes = {e.get("pid"): e["args"].get("name") for e in events
                  if e.get("ph") == "M" and e.get("name") == "process_name"}
     threads = {(e.get("pid"), e.get("tid")): e["args"].get("name") for e in events
@@ -546,10 +546,14 @@ class Checker:
         path = Path(path)
         if not path.is_file():
             raise CheckError(f"{path}: no such file")
+        # the file as we read it, once: its counts, and the tracks it names (JSON)
+        events: list[dict[str, Any]] | None = None
         try:
-            counts = count_events(path)
+            data = read_bytes(path)
+            events = json_events(data)
+            counts = phase_counts(data, events)
         except Exception:  # not JSON nor protobuf to us: what the trace processor says is the report
-            counts = {}
+            counts, events = {}, None
         token = f"{next(self._server.tokens)}{path.suffix}"
         self._server.traces[token] = path.resolve()
         t0 = time.monotonic()
@@ -572,11 +576,12 @@ class Checker:
                     if severity in ("error", "data_loss") or WATCHED.search(name)}
         tracks = {(p, t): (int(n), int(k)) for p, t, n, k in res["tracks"]["rows"]}
         try:
-            expected = file_tracks(path)
+            expected = file_tracks(events) if events is not None else None
         except Exception:
             expected = None
-        if expected is not None and misplaced(expected, tracks):
-            problems[MISPLACED] = misplaced(expected, tracks)
+        moved = misplaced(expected, tracks) if expected is not None else 0
+        if moved:
+            problems[MISPLACED] = moved
         return Result(path=path, file_counts=counts, slices=int(res["slices"]["rows"][0][0]),
                       flows=int(res["flows"]["rows"][0][0]), problems=problems,
                       seconds=time.monotonic() - t0, tracks=tracks)

@@ -87,15 +87,10 @@ def prof(request, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _profile(tmp_path_factory.mktemp(f"perfetto_{request.param}"), request.param)
 
 
-def file_counts(path: Path) -> tuple[int, int]:
-    """(X events, flow starts) as the file has them."""
-    counts = perfetto.count_events(path)
-    return counts.get("X", 0), counts.get("s", 0)
-
-
 def assert_whole(checker: perfetto.Checker, path: Path) -> perfetto.Result:
     result = checker.check_file(path)
-    xs, flows = file_counts(path)
+    # (X events, flow starts) as the file has them
+    xs, flows = result.file_counts.get("X", 0), result.file_counts.get("s", 0)
     assert result.problems == {}, f"{path.name}: {result.problems}"
     assert (result.slices, result.flows) == (xs, flows), f"{path.name}: {result}"
     return result
