@@ -65,6 +65,16 @@ def jobprof_session_end(session: Any) -> None:
     if lost:
         session.reporter.warning(f"dp: {lost} DataLoader worker record(s) were dropped because the "
                                  "profiled process read them too slowly; the loop-side records are complete")
+    channel = collector.channel
+    if channel is not None and channel.refused:
+        who = channel.first_refused
+        first = f"uid {who.uid}, pid {who.pid}" if who is not None and who.pid is not None else "unknown"
+        session.reporter.warning(
+            f"dp: refused {channel.refused} connection(s) to the DataLoader channel from processes "
+            f"that are not this job's workers (first: {first}); nothing they sent was recorded")
+    bad = (channel.malformed if channel is not None else 0) + collector.invalid
+    if bad:
+        session.reporter.warning(f"dp: {bad} malformed DataLoader worker record(s) were dropped")
 
 
 @hookimpl

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from jobprof.plugins.dp.channel import Sender
 
 _now = time.monotonic_ns
@@ -56,9 +58,49 @@ class WorkerLink:
             sender.send(message.encode())
 
 
-def parse(message: bytes) -> tuple[int, ...]:
-    """(base_seed, worker_id, pid, size, fetch_start, collate_start, end, dropped_so_far)."""
-    return tuple(int(v) for v in message.split(b","))
+#: torch has no limit on ``num_workers``; past this a worker id is not a real one
+MAX_WORKERS = 1 << 16
+#: Linux's PID_MAX_LIMIT (pids are below it everywhere else too)
+MAX_PID = 1 << 22
+_FIELDS = 8
+_DIGITS = 20  # 2**64 has 20 digits
+
+
+@attrs.frozen
+class WorkerFetch:
+    """One batch a worker produced, as its record arrived (validated by :func:`parse`)."""
+
+    base_seed: int  # the iterator's base seed: identifies the loader in the owner
+    worker: int  # worker id within the loader
+    pid: int
+    size: int  # samples in the batch
+    fetch_start: int  # monotonic ns
+    collate_start: int
+    end: int
+    dropped: int  # records this worker could not send so far
+
+
+def parse(message: bytes, *, peer_pid: int | None = None, not_before: int = 0,
+          not_after: int | None = None) -> WorkerFetch:
+    """The record in ``message``, or ValueError: exactly 8 unsigned decimal integers, each in
+    range; the pid that of the connected peer (when known); the three stamps in order inside
+    [``not_before``, ``not_after``] (the channel's lifetime: the same monotonic clock)."""
+    fields = message.split(b",")
+    if len(fields) != _FIELDS:
+        raise ValueError(f"{len(fields)} fields, not {_FIELDS}")
+    # bytes.isdigit is ASCII only: no sign, space, underscore, exponent, nan or inf gets through
+    if not all(f.isdigit() and len(f) <= _DIGITS for f in fields):
+        raise ValueError("a field is not an unsigned decimal integer")
+    record = WorkerFetch(*(int(f) for f in fields))
+    if record.base_seed >= 1 << 64 or record.worker >= MAX_WORKERS or record.size >= 1 << 31 \
+            or record.dropped >= 1 << 32 or not 0 < record.pid < MAX_PID:
+        raise ValueError("a field is out of range")
+    if peer_pid is not None and record.pid != peer_pid:
+        raise ValueError(f"pid {record.pid} sent by pid {peer_pid}")
+    upper = _now() if not_after is None else not_after
+    if not not_before <= record.fetch_start <= record.collate_start <= record.end <= upper:
+        raise ValueError("stamps out of order or outside the channel's lifetime")
+    return record
 
 
 def timed_fetch(original: Callable[[Any, Any], Any], link: WorkerLink,

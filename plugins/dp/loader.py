@@ -55,13 +55,16 @@ class LoaderCollector:
         self.names: dict[int, dict[str, Any]] = {}  # loader index -> description
         self._seeds: dict[int, int] = {}  # iterator base seed -> loader index
         self._batches: deque[tuple] = deque()  # appended by the loop's thread(s)
-        self._fetches: list[tuple[int, ...]] = []  # appended by the receiver thread
+        self._fetches: list[fetch.WorkerFetch] = []  # appended by the receiver thread
+        self._worker_pids: set[int] = set()  # every worker our iterators started
         self._receiver: Receiver | None = None
         self._lock = threading.Lock()
         self._restore: list[tuple[Any, str, Any]] = []
         self.dropped: dict[int, int] = {}  # worker pid -> records lost on the way
         self.overflow = 0  # batches not kept: MAX_PENDING were waiting
+        self.invalid = 0  # worker records dropped at take(): a worker id the loader does not have
         self.link = fetch.WorkerLink()
+        self.channel: Receiver | None = None  # the receiver once closed
 
     # -- install ---------------------------------------------------------------------------
     def install(self, torch: Any) -> None:
@@ -81,6 +84,7 @@ class LoaderCollector:
         self._restore.clear()
         if self._receiver is not None:
             self._receiver.close()
+            self.channel = self._receiver  # its counts stay readable for session_end's report
             self._receiver = None
 
     def _patch(self, owner: Any, name: str, replacement: Callable) -> None:
@@ -144,6 +148,10 @@ class LoaderCollector:
             seed = getattr(it, "_base_seed", None)
             if seed is not None:
                 self._seeds[seed] = index
+            for worker in getattr(it, "_workers", None) or ():  # started by the original __init__
+                pid = getattr(worker, "pid", None)
+                if isinstance(pid, int) and len(self._worker_pids) < MAX_PENDING:
+                    self._worker_pids.add(pid)
         it.__dict__["_jobprof_loader"] = index
         return index
 
@@ -151,12 +159,17 @@ class LoaderCollector:
         with self._lock:
             if self._receiver is None:
                 try:
-                    self._receiver = Receiver(self._received)
+                    self._receiver = Receiver(self._received, with_peer=True,
+                                              known_pids=lambda: self._worker_pids)
                 except OSError:
                     pass  # no Unix sockets here: the loop-side records still work
 
-    def _received(self, message: bytes) -> None:  # receiver thread
-        record = fetch.parse(message)
+    def _received(self, message: bytes, peer: Any) -> None:  # receiver thread (or drain)
+        # ValueError for anything but a well-formed record from that very worker: the receiver
+        # counts it in its ``malformed`` and goes on
+        receiver = self._receiver
+        record = fetch.parse(message, peer_pid=peer.pid,
+                             not_before=receiver.opened_ns if receiver is not None else 0)
         with self._lock:
             if len(self._fetches) < MAX_PENDING:
                 self._fetches.append(record)
@@ -176,9 +189,9 @@ class LoaderCollector:
             batches.append(pending.popleft())
         with self._lock:
             fetches, self._fetches = self._fetches, []
-            mine = [f for f in fetches if f[6] <= end_ns]
+            mine = [f for f in fetches if f.end <= end_ns]
             if len(mine) < len(fetches):
-                self._fetches[:0] = [f for f in fetches if f[6] > end_ns]
+                self._fetches[:0] = [f for f in fetches if f.end > end_ns]
         records: list[dict[str, Any]] = []
         used: Counter[int] = Counter()
         for loader, number, start, end, before, after, worker, tid, produced in batches:
@@ -188,13 +201,17 @@ class LoaderCollector:
             if produced is not None:
                 record["f"] = list(produced)
             records.append(record)
-        for seed, worker, pid, size, t0, t1, t2, dropped in mine:
-            loader = self._seeds.get(seed, -1)
+        for f in mine:
+            loader = self._seeds.get(f.base_seed, -1)
+            workers = self.names.get(loader, {}).get("workers")
+            if workers and f.worker >= workers:  # the loader has no such worker
+                self.invalid += 1
+                continue
             used[loader] += 1
-            if dropped:
-                self.dropped[pid] = max(self.dropped.get(pid, 0), dropped)
-            records.append({"k": "fetch", "l": loader, "w": worker, "pid": pid, "n": size,
-                            "t0": t0, "t1": t1, "t2": t2})
+            if f.dropped:
+                self.dropped[f.pid] = max(self.dropped.get(f.pid, 0), f.dropped)
+            records.append({"k": "fetch", "l": loader, "w": f.worker, "pid": f.pid, "n": f.size,
+                            "t0": f.fetch_start, "t1": f.collate_start, "t2": f.end})
         for loader in sorted(used):
             if loader in self.names:
                 records.append({"k": "loader", "l": loader, **self.names[loader]})
