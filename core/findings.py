@@ -5,11 +5,15 @@ orders all of them, most important first, which is the order they are numbered i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from typing import Any
 
 from jobprof.breakdown import LABELS
+from jobprof.profdir import iteration_files
 from jobprof.profile import Profile
+from jobprof.selection import ranges
+from jobprof.timeline import NAME as MASTER
 from jobprof.types import Finding, Section
 
 #: a part of the iteration worth a finding once its share of the run reaches this
@@ -127,7 +131,8 @@ def core(model: dict[str, Any]) -> list[Finding]:
         found.append(Finding(
             "unfinished", f"rank(s) {', '.join(map(str, unfinished))} did not finish (no end_info: "
             "killed or crashed); their data ends at iteration "
-            + ", ".join(str(r["iterations"]["last"]) for r in model["ranks"] if not r["finished"]),
+            + ", ".join(str(r["iterations"]["last"]) if r["iterations"]["last"] is not None
+                        else "none (no iteration saved)" for r in model["ranks"] if not r["finished"]),
             {"ranks": unfinished}, weight=2))
     return found
 
@@ -136,6 +141,48 @@ def rank(own: Iterable[Finding], sections: Iterable[Section]) -> list[Finding]:
     """Every finding, heaviest first (stable within a weight: the core's, then by section)."""
     every = list(own) + [f for s in sections for f in s.findings]
     return sorted(every, key=lambda f: -f.weight)
+
+
+def _runs(value: Any) -> set[int]:
+    """Iterations in an info.json list of ``[first, last]`` runs; anything malformed is skipped."""
+    out: set[int] = set()
+    for run in value if isinstance(value, list) else ():
+        if (isinstance(run, list) and len(run) == 2 and all(type(n) is int for n in run)
+                and 1 <= run[0] <= run[1] and run[1] - run[0] < 1 << 24):
+            out.update(range(run[0], run[1] + 1))
+    return out
+
+
+def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
+    """A rank's selected iterations that have no raw data (aged, or lost) or no rendered files.
+
+    Named from what the process recorded at its end (info.json ``jobprof.aged``) and from what
+    is on disk, so a process killed before it could record anything is covered too: numbers
+    below the first stored one and between stored ones have no raw data; a stored one without
+    its master timeline (the last file rendered for an iteration) was not rendered.
+    """
+    info = profile.info(r["device"])
+    job = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
+    keep = profile.selection.has_iteration
+    notes = []
+    aged = {i for i in _runs(job.get("aged")) if keep(i)}
+    low = profile.selection.iterations[0] if profile.selection.iterations else 1
+    absent = set(range(low, indices[0])) if indices else set()
+    absent |= {n for a, b in itertools.pairwise(indices) for n in range(a + 1, b)}
+    if aged:
+        notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(aged))} were deleted by storage "
+                     "ageing (storage_limit, or under 20 MB free disk)")
+    if absent - aged:
+        notes.append(f"rank {r['rank']}: no raw data for iteration(s) {', '.join(ranges(absent - aged))} "
+                     "(aged out by storage_limit, or lost in a crash)")
+    stored = set(indices)
+    rendered = {f.iteration for f in iteration_files(profile.folder(r["device"]), "timeline", MASTER)}
+    # from the disk, not from info.json's list: `jobprof export` may have rendered them since
+    unrendered = stored - rendered
+    if unrendered:
+        notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(unrendered))} have raw data but "
+                     f"were not rendered (no timeline file): run `jobprof export {profile.path}`")
+    return notes
 
 
 def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
@@ -152,17 +199,20 @@ def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
         if unknown:
             notes.append(f"--rank {', '.join(map(str, unknown))}: no such rank in this profile "
                          f"(ranks: {', '.join(map(str, sorted(seen)))})")
+    stored: dict[int, list[int]] = {}
+    for row in model.get("iterations") or ():
+        stored.setdefault(row["device"], []).append(row["iteration"])
     for r in model["ranks"]:
         its = r["iterations"]
         if its["count"] == 0:
             notes.append(f"rank {r['rank']}: no iteration in the selection" if profile.selection.iterations
                          else f"rank {r['rank']}: no iteration was recorded")
         if not r["finished"]:
-            notes.append(f"rank {r['rank']}: no end_info (the job did not finish); "
-                         f"iterations up to {its['last']} were saved")
-        if its["gaps"]:
-            notes.append(f"rank {r['rank']}: no raw data for iteration(s) {', '.join(its['gaps'])} "
-                         "(aged out by storage_limit, or lost in a crash)")
+            saved = (f"its raw data ends at iteration {its['last']}" if its["last"] is not None
+                     else "no iteration's raw data is in the selection" if profile.selection.iterations
+                     else "no iteration's raw data was saved")
+            notes.append(f"rank {r['rank']}: no end_info (the job did not finish); {saved}")
+        notes += _lost(profile, r, sorted(stored.get(r["device"], [])))
     unseen = {"dp": "no DataLoader was seen", "hccl": "no collective was seen"}
     for part, source in (("data_wait", "dp"), ("communication_not_overlapped", "hccl")):
         why: dict[str, list[int]] = {}

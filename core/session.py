@@ -31,7 +31,7 @@ from jobprof.opcapture import STREAM as OPS_STREAM
 from jobprof.opcapture import Detail, OpCapture
 from jobprof.rawstore import ITERATION_STREAM, PROFILER_STREAM
 from jobprof.reporter import REPORTER, Reporter
-from jobprof.sink import Sink
+from jobprof.sink import SIGTERM_RENDER_S, Sink
 from jobprof.steps import StepDetector
 from jobprof.storage import StorageBudget
 from jobprof.types import Config, Iteration
@@ -56,6 +56,10 @@ class Session:
         self._attached: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._previous_sigterm: Any = None
+        #: finish() is running on this thread (a SIGTERM handler that interrupts it must not
+        #: re-enter it), and the SIGTERM it received meanwhile, delivered when it is done
+        self._finishing = self._hurried = False
+        self._signal_during_finish: int | None = None
         self._ops_detail: Detail | None = None
         self._rank: dict[str, Any] = {}
         #: what plugins add to info.json's ``jobprof`` section (e.g. the calibration)
@@ -214,33 +218,59 @@ class Session:
         with self._lock:
             if self.state not in ("collecting", "stopped") or os.getpid() != self.pid:
                 return
-            live_before = self.state == "collecting"
+            self._finishing = True
             try:
-                if live_before and self.detector is not None:
-                    self.detector.flush()
-            except Exception as exc:
-                self.reporter.warning(f"could not close the last iteration: {exc!r}")
-            self.state = "finished"
-            if self.detector is not None:
-                self.detector.uninstall()
+                self._finish(reason)
+            finally:
+                self._finishing = False
+        signum = self._signal_during_finish
+        if signum is not None:  # SIGTERM came while we wrote: the job dies of it now, as it would
+            self._signal_during_finish = None
+            self._deliver(signum, None)
+
+    def _finish(self, reason: str) -> None:
+        if reason == "SIGTERM":
+            self._hurried = True
             if self.sink is not None:
-                self.sink.settle()  # deferred hand-overs read collectors that session_end stops
-            if self.ops is not None:
-                self.ops.stop()
-                for note in self.ops.exit_notes():
-                    self.reporter.warning(note)
-            self.manager.call("jobprof_session_end", only_active=True, session=self)
-            if self.sink is not None:
-                self.sink.close()
-                try:
-                    if not self.sink.failed:
-                        self._write_metadata(reason)
-                except OSError as exc:
-                    self.reporter.error(f"cannot write end_info in {self.device_dir}: "
-                                        f"{exc.strerror or exc}")
-                if self.sink.deferred:
-                    self.reporter.warning(f"{self.sink.deferred} iteration(s) were not rendered in the "
-                                          f"job (raw data kept): run `jobprof export {self.job_dir}`")
+                self.sink.hurry(SIGTERM_RENDER_S)
+        live_before = self.state == "collecting"
+        try:
+            if live_before and self.detector is not None:
+                self.detector.flush()
+        except Exception as exc:
+            self.reporter.warning(f"could not close the last iteration: {exc!r}")
+        self.state = "finished"
+        if self.detector is not None:
+            self.detector.uninstall()
+        if self.sink is not None:
+            self.sink.settle()  # deferred hand-overs read collectors that session_end stops
+        if self.ops is not None:
+            self.ops.stop()
+            for note in self.ops.exit_notes():
+                self.reporter.warning(note)
+        self.manager.call("jobprof_session_end", only_active=True, session=self)
+        if self.sink is not None:
+            self.sink.close()
+            if self._signal_during_finish is not None and reason != "SIGTERM":
+                name = signal.Signals(self._signal_during_finish).name
+                reason = (f"{name} (during the exit-time export)" if reason == "exit"
+                          else f"{reason}; then {name} during the exit-time export")
+            sink = self.sink
+            if sink.unrendered and not sink.failed:  # said first: end_info keeps the message
+                why = [f"{sink.deferred} beyond the in-process backlog"] if sink.deferred else []
+                if sink.unrendered_count > sink.deferred:
+                    why.append(f"{sink.unrendered_count - sink.deferred} left when SIGTERM's "
+                               f"{SIGTERM_RENDER_S:g} s for rendering ran out")
+                self.reporter.warning(
+                    f"{sink.unrendered_count} iteration(s) were not rendered in the job "
+                    f"({', '.join(why)}; iterations {', '.join(_runs(sink.unrendered))}; raw data "
+                    f"kept): run `jobprof export {self.job_dir}`")
+            try:
+                if not sink.failed:
+                    self._write_metadata(reason)
+            except OSError as exc:
+                self.reporter.error(f"cannot write end_info in {self.device_dir}: "
+                                    f"{exc.strerror or exc}")
 
     # -- internals -------------------------------------------------------------------------
     def _go_live(self) -> bool:
@@ -268,7 +298,8 @@ class Session:
                 self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "
                                       "so op_summary gets no metric columns (`jobprof plugins` shows "
                                       "which plugin answers each group)")
-            budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb)
+            budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb,
+                                              on_ageing=self.reporter.warning)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
                              self.manager.is_active)
@@ -318,6 +349,10 @@ class Session:
                 "iterations_deferred": sink.deferred if sink else 0,
                 "export_seconds": round(sink.export_seconds, 3) if sink else 0,
                 "segments_aged": sink.budget.aged_units if sink else 0,
+                #: iterations whose data storage_limit / low free disk deleted, [first, last] runs
+                "aged": [list(r) for r in sink.budget.aged] if sink else [],
+                #: iterations with raw data but no rendered files (`jobprof export` renders them)
+                "unrendered": [list(r) for r in sink.unrendered] if sink else [],
                 "messages": list(self.reporter.messages),
             })
             write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))
@@ -335,7 +370,7 @@ class Session:
             self.state = "stopped"
             self.reporter.error(f"collection stopped: {message}; the job continues unprofiled")
         elif self.state == "finished":  # the last flush, at exit, found the problem
-            self.reporter.error(f"collection stopped: {message}; the last iterations were not saved")
+            self.reporter.error(f"collection stopped at exit: {message}")
 
     def _forked(self) -> None:
         self.state = "inert"  # the child must never act as a second copy of this session
@@ -352,10 +387,22 @@ class Session:
             pass
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._finishing:
+            # it interrupted finish() (the exit-time export, on this thread): bound the rendering
+            # and let finish() write end_info, say what is unrendered and then deliver the signal
+            self._signal_during_finish = signum
+            if self.sink is not None:
+                self.sink.hurry(0 if self._hurried else SIGTERM_RENDER_S)  # a second one: now
+            self._hurried = True
+            return
         try:
             self.finish("SIGTERM")
         except Exception:
             pass
+        self._deliver(signum, frame)
+
+    def _deliver(self, signum: int, frame: Any) -> None:
+        """What the program's own SIGTERM disposition does (default: die of it, exit 143)."""
         previous = self._previous_sigterm
         if callable(previous):
             previous(signum, frame)
@@ -364,6 +411,11 @@ class Session:
             return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _runs(runs: list[list[int]]) -> list[str]:
+    """``[[1, 5], [9, 9]]`` -> ``["1-5", "9"]``."""
+    return [f"{first}-{last}" if last > first else str(first) for first, last in runs]
 
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")

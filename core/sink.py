@@ -11,8 +11,11 @@ uncaught exceptions flush everything.
 Rendering the per-iteration timeline/summary files costs far more (a file per writer), so the
 same thread does it under a CPU-duty budget (``EXPORT_DUTY`` of wall time: it sleeps in
 proportion to the time it worked) and reads each iteration back from disk, so memory stays
-bounded however far it lags.  ``close()`` renders whatever is left, at exit / SIGTERM.  The
-first OSError (disk full, output removed or unwritable) stops collection with one message.
+bounded however far it lags.  ``close()`` renders whatever is left, at exit / SIGTERM, until
+its deadline (a SIGTERM gives ``SIGTERM_RENDER_S``: the scheduler's grace period is short and
+the raw data is complete); what it did not render is listed in :attr:`Sink.unrendered` for
+end_info and the ``jobprof export`` hint.  The first OSError (disk full, output removed or
+unwritable) stops collection with one message that says which iterations were saved.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof import export, rawstore
+from jobprof.selection import ranges
 from jobprof.storage import StorageBudget
 from jobprof.types import WriterSpec
 
@@ -36,6 +40,8 @@ EXPORT_DUTY = 0.01
 #: iterations waiting for export that the process remembers (about 100 bytes each); older
 #: ones stay on disk as raw data for `jobprof export` (counted in info.json)
 MAX_BACKLOG = 50_000
+#: how long rendering may go on after a SIGTERM (the rest is left to `jobprof export`)
+SIGTERM_RENDER_S = 1.0
 
 
 class Sink:
@@ -59,6 +65,11 @@ class Sink:
         self._stop = threading.Event()
         self._export_after = 0.0  # the exporter's next turn (duty budget)
         self.written = self.exported = self.deferred = 0
+        #: iterations whose raw line is written but which were not rendered, as [first, last]
+        #: runs (deferred beyond MAX_BACKLOG, or left when close()'s deadline passed)
+        self.unrendered: list[list[int]] = []
+        #: monotonic time after which close() stops rendering (None: render everything)
+        self.deadline: float | None = None
         self.export_seconds = 0.0
         self.failed = False
         self._thread = threading.Thread(target=self._run, name="jobprof-sink", daemon=True)
@@ -77,8 +88,16 @@ class Sink:
         if len(self._queued) >= FLUSH_ITERATIONS:
             self._wake.set()
 
+    def hurry(self, seconds: float) -> None:
+        """Stop rendering ``seconds`` from now (or sooner, if already told); safe from a signal
+        handler that interrupted :meth:`close` (it only sets the deadline the loop reads)."""
+        deadline = time.monotonic() + seconds
+        if self.deadline is None or deadline < self.deadline:
+            self.deadline = deadline
+
     def close(self) -> None:
-        """Stop the thread, write every queued iteration and render every one not yet rendered."""
+        """Stop the thread, write every queued iteration and render every one not yet rendered
+        (until :attr:`deadline`; the rest goes to :attr:`unrendered`)."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
@@ -86,7 +105,21 @@ class Sink:
         with self._work_lock:
             self._flush_raw()
             self._export_pending(throttle=False)
+            if not self.failed:
+                while self._todo:  # the deadline passed: raw data is there for `jobprof export`
+                    self._note_unrendered(self._todo.popleft()[0])
         self._raw.close()
+
+    def _note_unrendered(self, index: int) -> None:
+        runs = self.unrendered
+        if runs and runs[-1][1] + 1 == index:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+
+    @property
+    def unrendered_count(self) -> int:
+        return sum(last - first + 1 for first, last in self.unrendered)
 
     # -- background thread -----------------------------------------------------------------
     def _run(self) -> None:
@@ -145,16 +178,19 @@ class Sink:
             self.budget.enforce()
             self.written += len(batch)
             while len(self._todo) > MAX_BACKLOG:
-                self._todo.popleft()
+                self._note_unrendered(self._todo.popleft()[0])
                 self.deferred += 1
         except OSError as exc:
-            self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}")
+            self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}",
+                       [i for i, _, _ in batch])
         except Exception as exc:
-            self._fail(f"internal error while writing iterations: {exc!r}")
+            self._fail(f"internal error while writing iterations: {exc!r}", [i for i, _, _ in batch])
 
     def _export_pending(self, throttle: bool) -> None:
         while self._todo and not self.failed:
             if throttle and (self._stop.is_set() or time.monotonic() < self._export_after):
+                return
+            if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
             index, unit, where, active = self._todo.popleft()
             started = time.perf_counter()
@@ -179,15 +215,37 @@ class Sink:
             self.budget.enforce()
             self.exported += 1
         except OSError as exc:
-            self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}")
+            self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}", rendering=index)
         except Exception as exc:  # never let the thread die silently
-            self._fail(f"internal error while exporting iteration {index}: {exc!r}")
+            self._fail(f"internal error while exporting iteration {index}: {exc!r}", rendering=index)
 
     # -- failures --------------------------------------------------------------------------
-    def _fail(self, message: str) -> None:
-        if not self.failed:
-            self.failed = True
-            self._on_fatal(message)
+    def _fail(self, message: str, batch: list[int] | None = None, rendering: int | None = None) -> None:
+        """Stop for good, saying exactly what the raw store kept (read back from the disk:
+        a failed write may have landed whole, in part, or not at all)."""
+        if self.failed:
+            return
+        self.failed = True
+        self._on_fatal(f"{message}; {self._saved_text(batch or [], rendering)}")
+
+    def _saved_text(self, batch: list[int], rendering: int | None) -> str:
+        try:
+            saved = rawstore.indices(self.device_dir)
+        except OSError as exc:
+            return (f"what was saved is unknown (cannot read {self.device_dir / 'data'}: "
+                    f"{exc.strerror or exc})")
+        lost = sorted(set(batch) - saved)
+        text = (f"raw data saved for {len(saved)} iteration(s) ({', '.join(ranges(saved))}; last saved: "
+                f"{max(saved)})" if saved else "no iteration's raw data was saved")
+        if lost:
+            text += f"; not saved: iteration(s) {', '.join(ranges(lost))}"
+        unrendered = {i for i, _, _, _ in self._todo} | {rendering}
+        unrendered |= {i for first, last in self.unrendered for i in range(first, last + 1)}
+        unrendered &= saved
+        if unrendered:
+            text += (f"; iteration(s) {', '.join(ranges(unrendered))} not rendered "
+                     f"(`jobprof export {self.device_dir.parent}` renders saved ones)")
+        return text
 
     def _writer_failed(self, plugin: str, message: str) -> None:
         self._render_failed.add(plugin)
