@@ -34,6 +34,7 @@ from typing import Any
 
 import attrs
 
+from jobprof import fsio
 from jobprof.export import device_dirs
 from jobprof.merge import Rewriter, TraceWriter, load_events, read_sources
 from jobprof.profdir import DEVICE_RE, iteration_files
@@ -76,9 +77,8 @@ def assemble(prof: Path, stamp: str | None = None,
     stamp = stamp or dt.datetime.now().strftime("%Y%m%d%H%M%S")
     tables = _per_name(prof, "summary")
     timelines = _per_name(prof, "timeline")
-    stage = prof / f".{FOLDER}.{os.getpid()}.tmp"
-    shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir()
+    # a new folder of a name no one could plant (fsio), in a PROF_ folder that is no symlink
+    stage = fsio.make_unique_dir(prof, f".{FOLDER}.", root=prof)
     files: dict[str, int] = {}
     problems: list[str] = []
     step = advance or (lambda _n: None)
@@ -87,7 +87,7 @@ def assemble(prof: Path, stamp: str | None = None,
     out_base = min(bases.values(), default=0)
     try:
         for name, devices in tables.items():
-            out = _Sliced(stage, name, stamp)
+            out = _Sliced(stage, name, stamp, prof)
             if name in STATISTIC_TABLES:
                 _statistic(devices, out, problems, step)
             else:
@@ -96,7 +96,7 @@ def assemble(prof: Path, stamp: str | None = None,
         for name, devices in timelines.items():
             path = stage / f"{name}_{stamp}.json"
             ids = itertools.count(1)
-            with TraceWriter(path, wrapped=False) as writer:
+            with TraceWriter(path, wrapped=False, root=prof) as writer:
                 for group, (device, paths) in enumerate(devices.items()):
                     rewriter = Rewriter(group, ids, base_ns=bases.get(device, out_base), out_base_ns=out_base)
                     for p in paths:
@@ -121,18 +121,21 @@ def input_files(prof: Path) -> int:
 def _swap(stage: Path, final: Path) -> None:
     """Put ``stage`` where ``final`` is; the old folder goes only after the new one is in place."""
     old = final.with_name(f".{final.name}.{os.getpid()}.old")
-    if final.exists():
+    if final.is_symlink() or final.exists():  # a link is moved aside itself, never followed
         os.replace(final, old)
     os.replace(stage, final)
-    shutil.rmtree(old, ignore_errors=True)
+    if old.is_symlink():
+        old.unlink()
+    else:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 class _Sliced:
     """A table written as ``<name>_<ts>.csv``, or ``<name>_slice_<n>_<ts>.csv`` files of at most
     :data:`MAX_ROWS` rows each, every one with the header."""
 
-    def __init__(self, folder: Path, name: str, stamp: str) -> None:
-        self.folder, self.name, self.stamp = folder, name, stamp
+    def __init__(self, folder: Path, name: str, stamp: str, root: Path | None = None) -> None:
+        self.folder, self.name, self.stamp, self.root = folder, name, stamp, root
         self.header: list[str] | None = None
         self._slices: list[tuple[Path, int]] = []
         self._handle: io.TextIOWrapper | None = None
@@ -146,7 +149,7 @@ class _Sliced:
             self._handle.close()
             self._slices[-1] = (self._slices[-1][0], self._rows)
         path = self.folder / f"{self.name}_slice_{len(self._slices)}_{self.stamp}.csv"
-        self._handle = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115 (closed in close)
+        self._handle = fsio.create(path, self.root)  # closed in close
         csv.writer(self._handle, lineterminator="\n").writerow(self.header)
         self._slices.append((path, 0))
         self._rows = 0

@@ -7,7 +7,6 @@ exporting twice gives the same files.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
@@ -17,7 +16,7 @@ import attrs
 
 from jobprof import rawstore, timeline
 from jobprof.clock import ClockAnchor, own_base
-from jobprof.fsio import atomic_write
+from jobprof.fsio import atomic_write, make_dirs
 from jobprof.manager import PluginManager
 from jobprof.profdir import DEVICE_RE
 from jobprof.types import Config, ExportContext, Iteration, MetricSet, WriterSpec
@@ -72,15 +71,21 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
         if text is None:
             continue
         path = device_dir / spec.folder / spec.filename(meta.device_id, iteration.model_id, iteration.index)
-        written.append((path, atomic_write(path, text)))
+        # root: the PROF_ folder; a symlinked device/summary/timeline folder is refused
+        written.append((path, atomic_write(path, text, root=device_dir.parent)))
     return written
 
 
 def read_meta(device_dir: Path) -> DeviceMeta:
     """Load the device's id, pid, clock anchor and recorded options from its metadata."""
     device_id = int(DEVICE_RE.match(device_dir.name).group(1))
-    start = json.loads((device_dir / f"start_info.{device_id}").read_text())
-    info = json.loads((device_dir / f"info.json.{device_id}").read_text())
+    # through the readers' checks (rawstore), which name a present but unusable file
+    start = rawstore.read_start(device_dir / f"start_info.{device_id}")
+    info = rawstore.read_info(device_dir / f"info.json.{device_id}")
+    unusable = [name for name, got in ((f"start_info.{device_id}", start), (f"info.json.{device_id}", info))
+                if got is None]
+    if unusable:
+        raise ValueError(f"{' and '.join(unusable)} missing or unusable")
     own = info.get("jobprof", {})
     options = own.get("options")
     config = Config(options, explicit=own.get("explicit", [])) if options else None
@@ -118,18 +123,21 @@ def export_device(device_dir: Path, manager: PluginManager,
         meta = read_meta(device_dir)
     except (OSError, ValueError, KeyError, AttributeError) as exc:
         return ExportResult(device_dir, 0, 0, (f"{device_dir}: unreadable metadata ({exc})",))
-    for sub in ("timeline", "summary"):
-        (device_dir / sub).mkdir(exist_ok=True)
-    meta = with_metrics(meta, manager)
-    writers = writers_for(manager, meta.config)
     problems: list[str] = []
     files = iterations = 0
-    for _, streams in rawstore.read(device_dir):
-        iterations += 1
-        files += len(render_iteration(device_dir, meta, streams, writers,
-                                      lambda p, m: problems.append(f"plugin '{p}': {m}")))
-        if progress:
-            progress(iterations)
+    try:  # a folder that is a symbolic link (fsio.UnsafePath) or unwritable stops this device only
+        for sub in ("timeline", "summary"):
+            make_dirs(device_dir / sub, root=device_dir.parent)
+        meta = with_metrics(meta, manager)
+        writers = writers_for(manager, meta.config)
+        for _, streams in rawstore.read(device_dir):
+            iterations += 1
+            files += len(render_iteration(device_dir, meta, streams, writers,
+                                          lambda p, m: problems.append(f"plugin '{p}': {m}")))
+            if progress:
+                progress(iterations)
+    except OSError as exc:
+        problems.append(f"export of {device_dir.name} stopped: {exc.strerror or exc}")
     return ExportResult(device_dir, iterations, files, tuple(problems))
 
 

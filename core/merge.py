@@ -16,6 +16,7 @@ are shared with the CANN 8 layout (``jobprof.cann8``), which stitches timelines 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -24,9 +25,9 @@ from typing import Any
 import attrs
 
 from jobprof import rawstore
-from jobprof.clock import ts_ns
-from jobprof.export import device_dirs, read_meta
-from jobprof.fsio import StreamedFile
+from jobprof.clock import ClockAnchor, own_base, ts_ns
+from jobprof.export import device_dirs
+from jobprof.fsio import STDOUT, StreamedFile, make_dirs
 from jobprof.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
 from jobprof.selection import ranges, window
 from jobprof.timeline import PID_BASE
@@ -67,34 +68,41 @@ class RankSource:
     finished: bool
     #: the time base (epoch ns) of the source's timeline files (jobprof.clock); 0 when unknown
     time_base_ns: int = 0
+    #: why the time base is unknown ("" when known): its job-relative files cannot be placed
+    base_unknown: str = ""
 
     @property
     def label(self) -> str:
         return f"rank {self.rank}" if self.rank_from == "rank_id" else f"device {self.device}"
 
 
+def _time_base(path: Path, device: int, info: dict[str, Any]) -> tuple[int | None, str]:
+    """The source's time base (epoch ns): info.json's, else its clock anchor's second (a profile
+    written before the base was recorded); None and why when neither file gives one."""
+    base = (info.get("jobprof") or {}).get("time_base_ns")
+    if base is not None:
+        return base, ""
+    start_path = path / f"start_info.{device}"
+    start = rawstore.read_start(start_path)
+    if start is None:
+        return None, f"{start_path} is missing or unusable and info.json has no time_base_ns"
+    return own_base(ClockAnchor.from_info(start)), ""
+
+
 def read_sources(prof: Path) -> list[RankSource]:
     """Every device folder of ``prof`` with its rank (info.json ``rank_id``, else the device id),
-    ordered by rank then device."""
+    ordered by rank then device; metadata read through :mod:`jobprof.rawstore`'s checks."""
     sources = []
     for path in device_dirs(prof):
         device = int(DEVICE_RE.match(path.name).group(1))
-        info_path = path / f"info.json.{device}"
-        try:
-            info = json.loads(info_path.read_text())
-        except FileNotFoundError:
-            info = {}
-        except ValueError as exc:
-            raise MergeError(f"{info_path}: not valid JSON ({exc})") from exc
+        info = rawstore.read_info(path / f"info.json.{device}") or {}
         rank = info_rank(info)
-        try:
-            base = read_meta(path).time_base_ns or 0
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            base = 0
+        base, unknown = _time_base(path, device, info)
         sources.append(RankSource(device, device if rank is None else rank,
                                   "device id" if rank is None else "rank_id",
                                   str(info.get("hostname", "N/A")), path,
-                                  (path / f"end_info.{device}").exists(), base))
+                                  rawstore.read_end(path / f"end_info.{device}") is not None,
+                                  base or 0, unknown))
     return sorted(sources, key=lambda s: (s.rank, s.device))
 
 
@@ -183,9 +191,11 @@ class TraceWriter(StreamedFile):
     of msprof's own timeline files.  A ``.gz`` name is gzip-compressed (Perfetto and
     chrome://tracing open it as it is)."""
 
-    def __init__(self, path: Path, wrapped: bool = True) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        super().__init__(path)
+    def __init__(self, path: Path, wrapped: bool = True, root: Path | None = None,
+                 output: bool = False) -> None:
+        if str(path) != STDOUT and root is None:
+            make_dirs(path.parent)
+        super().__init__(path, root=root, output=output)  # output: a -o target (fsio.check_output)
         self.wrapped = wrapped
         self.events = 0
         self.handle.write('{"traceEvents":[\n' if wrapped else "[\n")
@@ -207,17 +217,42 @@ class TraceWriter(StreamedFile):
         return self.finish()
 
 
+def _number(value: Any) -> bool:
+    """A ``ts`` / ``dur`` as timelines hold it: a finite number, or msprof's decimal string."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except ValueError:
+        return False
+
+
+def _event_ok(e: Any) -> bool:
+    return isinstance(e, dict) and all(_number(e[k]) for k in ("ts", "dur") if k in e) \
+        and isinstance(e.get("args", {}), dict) and isinstance(e.get("ph", ""), str) \
+        and isinstance(e.get("name", ""), str) \
+        and isinstance(e.get("pid", 0), (int, str)) and not isinstance(e.get("pid"), bool) \
+        and (e.get("ph") != "M" or ("pid" in e and "name" in e))
+
+
 def load_events(path: Path) -> list[dict[str, Any]]:
-    """One timeline file's events (a JSON array, or an object with ``traceEvents``)."""
+    """One timeline file's events (a JSON array, or an object with ``traceEvents``); events not
+    shaped as a Chrome-trace event (not an object, a ``ts`` that is not a number, ...) are left
+    out and reported once for the file (jobprof.rawstore.problem).  MergeError: no events at all."""
     try:
         data = json.loads(path.read_bytes())
-    except ValueError as exc:
-        raise MergeError(f"{path}: not valid JSON ({exc}); re-render it with `jobprof export`") from exc
+    except (ValueError, RecursionError) as exc:
+        raise MergeError(f"{path}: not valid JSON ({str(exc)[:80]}); re-render it with `jobprof export`") \
+            from None
     if isinstance(data, dict):
         data = data.get("traceEvents")
     if not isinstance(data, list):
         raise MergeError(f"{path}: not a Chrome-trace event array")
-    return data
+    good = [e for e in data if _event_ok(e)]
+    if len(good) != len(data):
+        rawstore.problem(f"{path}: {len(data) - len(good)} of {len(data)} event(s) are not Chrome-trace "
+                         "events (an object with numeric ts/dur, object args): left out")
+    return good
 
 
 # --- clock alignment -------------------------------------------------------------------------
@@ -238,12 +273,17 @@ def collective_ends(device_dir: Path, base_ns: int = 0) -> dict[tuple[str, int, 
     (``base_ns``: their time base)."""
     ends: dict[tuple[str, int, str], int] = {}
     for file in iteration_files(device_dir, "timeline", "hccl"):
-        for e in load_events(file.path):
+        try:
+            events = load_events(file.path)
+        except MergeError:
+            continue  # named when the file is merged
+        for e in events:
             args = e.get("args") or {}
-            if e.get("ph") != "X" or e.get("name") in _P2P or "seq" not in args:
+            if e.get("ph") != "X" or e.get("name") in _P2P or not isinstance(args.get("seq"), int) \
+                    or "ts" not in e or "dur" not in e:
                 continue
             end = ts_ns(e["ts"]) + ts_ns(e["dur"]) + _file_base(e["ts"], base_ns)
-            ends[(str(args.get("group")), int(args["seq"]), str(e["name"]))] = end
+            ends[(str(args.get("group")), args["seq"], str(e["name"]))] = end
     return ends
 
 
@@ -380,7 +420,11 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
         if missing := stored - rendered:
             notes.append(f"{source.label}: iterations {', '.join(ranges(missing))} have raw data but no "
                          f"timeline file: run `jobprof export {prof}`")
-        if not files:
+        if files and source.base_unknown:
+            notes.append(f"{source.label}: {source.base_unknown}: its timelines cannot be placed on the "
+                         "job's time axis: left out")
+            files = []
+        elif not files:
             where = f" in iterations {window(iterations)}" if iterations else ""
             notes.append(f"{source.label}: no master timeline (msprof_*.json){where}: left out")
         elif not source.finished:
@@ -389,7 +433,7 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
         plan.append((source, files))
     if not any(files for _, files in plan):
         where = f" in iterations {window(iterations)}" if iterations else ""
-        raise MergeError(f"nothing to merge: no master timeline file{where} for "
+        raise MergeError(f"nothing to merge in {prof}: no master timeline file{where} for "
                          f"{', '.join(s.label for s in sources)}")
     alignment = align([s for s, files in plan if files], how)
     notes.extend(alignment.notes)
@@ -411,7 +455,8 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
         except pftrace.PerfettoUnavailable as exc:
             raise MergeError(str(exc)) from exc
     else:
-        writer = TraceWriter(out)
+        writer = TraceWriter(out, output=True)
+    unreadable = 0
     with writer:
         rewriters: dict[int, Rewriter] = {}
         for group, source, path in walk:
@@ -422,10 +467,17 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
                                                        alignment.offsets.get(source.device, 0),
                                                        lambda name, label=label: f"{label} · {name}",
                                                        source.time_base_ns, out_base)
-            events = rewriter.rewrite(load_events(path))
+            try:
+                events = rewriter.rewrite(load_events(path))
+            except MergeError as exc:  # one unreadable file: the others still merge
+                notes.append(f"{exc}: left out")
+                unreadable += 1
+                continue
             writer.write(events)
             counts[source.device] = counts.get(source.device, 0) + len(events)
             del events
+        if unreadable == len(todo):  # the temporary file is removed: no empty trace left behind
+            raise MergeError("nothing to merge: every timeline file is unreadable:\n  " + "\n  ".join(notes))
         for group, (source, files) in enumerate(plan):
             if not files:
                 continue

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.clock import ts_ns
-from jobprof.fsio import StreamedFile
+from jobprof.fsio import STDOUT, StreamedFile, make_dirs
 
 #: the one packet sequence of the file (no interning: each packet is self-contained)
 SEQUENCE = 1
@@ -80,8 +80,9 @@ class PerfettoWriter:
         self.unsupported: dict[str, int] = {}
         #: flow events with no slice to bind to at their ts on their track
         self.unbound_flows = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = StreamedFile(path, binary=True)
+        if str(path) != STDOUT:
+            make_dirs(path.parent)
+        self._file = StreamedFile(path, binary=True, output=True)  # merge's -o (fsio.check_output)
         self._out = builder(self._file.handle)
         self._processes: dict[int, tuple[int, int]] = {}  # pid -> (track uuid, descriptor pid)
         self._threads: dict[tuple[int, int], int] = {}  # (pid, tid) -> track uuid

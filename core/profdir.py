@@ -4,22 +4,41 @@ All processes of one job share one ``PROF_<index>_<timestamp>_<suffix>`` folder:
 profiled process names it and exports ``JOBPROF_JOB_DIR``; children inherit the variable.
 Nothing is created until a process finishes its first iteration, and each process claims its
 own ``device_<id>`` with an atomic ``mkdir`` so no two processes ever write the same file.
+
+The index counts jobs even when several start at the same moment.  The name must be final
+before any child starts (children inherit it) yet nothing may be created until the first
+iteration, so the index is claimed without touching the disk: the naming process binds the
+abstract Unix socket ``jobprof-prof-<hash of the output folder>-<index>`` (Linux; it vanishes
+with the process) for the next index no ``PROF_`` folder has, taking the next one while the
+bind fails, and lists the folder again after a successful bind (a holder that has exited made
+its folder first).  Jobs in different network namespaces sharing one folder can still get one
+index; their names still differ (timestamp and random suffix).
+
+``JOBPROF_JOB_DIR`` is honoured only when it names a ``PROF_`` entry directly inside the
+resolved output folder that is absent or a real folder; anything else (``..``, a symbolic
+link, another name) is ignored with one warning.  Folders are made through :mod:`jobprof.fsio`
+(mode 0o750, no symbolic link followed below the output folder).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import platform
 import random
 import re
 import socket
+import stat
 import string
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from jobprof import fsio
 
 JOB_ENV = "JOBPROF_JOB_DIR"
 PROF_RE = re.compile(r"^PROF_(\d{6})_(\d{17})_([0-9A-Z]{16})$")
@@ -31,17 +50,73 @@ ITERATION_FILE_RE = re.compile(
 FOLDER_EXT = {"timeline": "json", "summary": "csv"}
 
 
-def job_dir(output: str, environ: dict | os._Environ = os.environ) -> Path:
-    """This job's PROF_ path, named now (and inherited by child processes), created later."""
-    inherited = environ.get(JOB_ENV)
-    if inherited and Path(inherited).parent == Path(output):
-        return Path(inherited)
-    index = 1
+#: the index claims of this process (sockets held until it exits; see the module docstring)
+_CLAIMS: list[socket.socket] = []
+
+
+def _used_indices(output: str) -> set[int]:
     try:
-        found = [int(m.group(1)) for n in os.listdir(output) if (m := PROF_RE.match(n))]
-        index = max(found, default=0) + 1
+        return {int(m.group(1)) for n in os.listdir(output) if (m := PROF_RE.match(n))}
     except OSError:
-        pass
+        return set()
+
+
+def _claim_index(output: str) -> int:
+    """The next index no PROF_ folder of ``output`` has and no live naming process holds."""
+    index = max(_used_indices(output), default=0) + 1
+    if not sys.platform.startswith("linux"):
+        return index
+    key = hashlib.sha256(os.fsencode(output)).hexdigest()[:16]
+    for _ in range(10000):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(f"\0jobprof-prof-{key}-{index}")
+        except OSError:
+            sock.close()
+            index += 1
+            continue
+        used = _used_indices(output)
+        if index in used:  # its holder made the folder and exited between our look and the bind
+            sock.close()
+            index = max(used) + 1
+            continue
+        _CLAIMS.append(sock)
+        return index
+    return index
+
+
+def inherited_problem(inherited: str, output: str) -> str | None:
+    """Why ``JOBPROF_JOB_DIR=inherited`` cannot be this job's folder under ``output``, or None."""
+    path = Path(inherited)
+    if not path.is_absolute() or path.parent != Path(output) or not PROF_RE.match(path.name):
+        return (f"is not a PROF_<index>_<timestamp>_<suffix> folder directly inside the output "
+                f"folder {output}")
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return None if stat.S_ISDIR(mode) else f"is {fsio.describe(mode)}, not a folder"
+
+
+def job_dir(output: str, environ: dict | os._Environ = os.environ,
+            warn: Callable[[str], None] | None = None) -> Path:
+    """This job's PROF_ path, named now (and inherited by child processes), created later.
+
+    A ``JOBPROF_JOB_DIR`` that :func:`inherited_problem` refuses is replaced (for children too)
+    and named in one ``warn`` (default: the process's reporter)."""
+    inherited = environ.get(JOB_ENV)
+    if inherited:
+        problem = inherited_problem(inherited, output)
+        if problem is None:
+            return Path(inherited)
+        if warn is None:
+            from jobprof.reporter import REPORTER
+
+            warn = REPORTER.warning
+        warn(f"{JOB_ENV}={inherited!r} ignored: it {problem}; this job gets a PROF_ folder of its own")
+    index = _claim_index(output)
     stamp = dt.datetime.now().strftime("%Y%m%d%H%M%S%f")[:17]
     suffix = "".join(random.choices(string.ascii_uppercase, k=16))
     path = Path(output, f"PROF_{index:06d}_{stamp}_{suffix}")
@@ -86,19 +161,28 @@ def job_rank(torch: Any, environ: Any = os.environ) -> dict[str, Any]:
 
 
 def claim_device_dir(job: Path, preferred: int) -> tuple[int, Path]:
-    """Create ``job/device_<id>`` atomically, taking the next free id if another process has it."""
-    job.mkdir(mode=0o750, parents=True, exist_ok=True)
-    device = preferred
-    while True:
-        path = job / f"device_{device}"
-        try:
-            path.mkdir(mode=0o750)
-        except FileExistsError:
-            device += 1
-            continue
-        for sub in ("data", "timeline", "summary"):
-            (path / sub).mkdir(mode=0o750)
-        return device, path
+    """Create ``job/device_<id>`` atomically, taking the next free id if another process has it.
+
+    The output folder may be reached through links (the user's path); ``job`` and everything
+    below it are real folders (a symbolic link raises :class:`jobprof.fsio.UnsafePath`)."""
+    fsio.make_dirs(job.parent)
+    fd = fsio.open_dir(job, root=job, create=True)
+    try:
+        device = preferred
+        while True:
+            name = f"device_{device}"
+            try:
+                os.mkdir(name, fsio.DIR_MODE, dir_fd=fd)
+            except FileExistsError:
+                device += 1
+                continue
+            break
+    finally:
+        os.close(fd)
+    path = job / name
+    for sub in ("data", "timeline", "summary"):
+        fsio.make_dirs(path / sub, root=job)
+    return device, path
 
 
 def program_name() -> str:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+import stat
 import sys
 from pathlib import Path
 
-from jobprof import export
+from jobprof import export, fsio
 from jobprof.profdir import iteration_files
 from jobprof.profile import find_prof_dir
 from jobprof.types import STEP_MODE_MODEL_ID
@@ -63,12 +64,29 @@ def gather(prof_dirs: list[Path], output: Path,
                 if rank in ranks:
                     raise ValueError(f"{ranks[rank]} and {path} both hold rank {rank}")
                 ranks[rank] = path
+    if found:
+        _check_folder(output)
+        fsio.make_dirs(output)
     for folder, ranks in found.items():
         target = output / folder
-        target.mkdir(parents=True, exist_ok=True)
+        # through no symlink at or below the output folder, each copy atomic (fsio)
+        fsio.make_dirs(target, root=output)
         for rank, path in ranks.items():
-            shutil.copyfile(path, target / f"rank_{rank}.pt.trace.json")
+            with open(path, "rb") as src, fsio.StreamedFile(target / f"rank_{rank}.pt.trace.json",
+                                                            binary=True, root=output) as out:
+                shutil.copyfileobj(src, out.handle)
+                out.finish()
     return found
+
+
+def _check_folder(output: Path) -> None:
+    """The output folder is absent or a real folder (a link, file, FIFO... is refused)."""
+    try:
+        mode = output.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(mode):
+        raise fsio.UnsafePath(output, fsio.describe(mode))
 
 
 def run(args: argparse.Namespace) -> int:

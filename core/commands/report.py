@@ -12,9 +12,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from jobprof import fsio
 from jobprof.commands._common import add_prof_dir, add_selection
-from jobprof.commands.summary import load
-from jobprof.fsio import atomic_write
+from jobprof.commands.summary import load, usable
 from jobprof.report import render
 
 
@@ -22,27 +22,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="the summary as one self-contained HTML page with charts")
     add_prof_dir(p)
     p.add_argument("-o", "--output", type=Path, default=Path("report.html"),
-                   help="the HTML file to write (default: report.html in the current directory)")
+                   help="the HTML file to write (default: report.html in the current directory; "
+                        "- for standard output)")
     add_selection(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     out: Path = args.output
-    if out.is_dir():  # checked before reading the profile, which can take a while
-        print(f"jobprof: error: {out} is a directory; give the HTML file's path with -o", file=sys.stderr)
-        return 2
-    if not out.parent.is_dir():
-        print(f"jobprof: error: {out.parent} does not exist (the folder for -o {out})", file=sys.stderr)
+    try:  # checked before reading the profile, which can take a while
+        fsio.check_output(out)
+    except fsio.CannotWrite as exc:
+        hint = "; give the HTML file's path with -o" if out.is_dir() and not out.is_symlink() else ""
+        print(f"jobprof: error: {exc}{hint}", file=sys.stderr)
         return 2
     try:
         _, model = load(args)
     except ValueError as exc:
         print(f"jobprof: error: {exc}", file=sys.stderr)
         return 2
-    atomic_write(out, render(model))
-    print(out.resolve())
-    if not model["ranks"]:
-        print("jobprof: no rank had data: the report shows only what is missing", file=sys.stderr)
+    try:
+        with fsio.StreamedFile(out, output=True) as page:
+            page.handle.write(render(model))
+            page.finish()
+    except fsio.CannotWrite as exc:
+        print(f"jobprof: error: {exc}", file=sys.stderr)
+        return 2
+    if str(out) != fsio.STDOUT:
+        print(out.resolve())
+    if not usable(model):
+        print(f"jobprof: no rank had data in {model['prof_dir']}: the report shows only what is missing",
+              file=sys.stderr)
         return 1
     return 0

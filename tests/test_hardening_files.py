@@ -1,0 +1,355 @@
+"""Issue 15, findings 1, 2, 7 and 9 (files): every file jobprof writes goes through jobprof.fsio.
+
+Each test is an attack that succeeded before: ``-o`` onto a FIFO, a link, a device node, a
+folder, a socket; symlinks planted inside a PROF_ folder (temp-file names, device/summary/
+timeline/data folders, the cann8 stage, the kineto output); a hostile ``JOBPROF_JOB_DIR``;
+umask 000; ``"output": "~/x"``; three jobs started at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, clean_env, jobprof_cli
+from jobprof import cann8, fsio, rawstore
+
+JOB = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+m = nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    m(torch.randn(2, 4)).sum().backward()
+    opt.step()
+"""
+OPTIONS = {"training_trace": "on", "task_trace": "on", "kineto_trace": "on"}
+VICTIM_TEXT = "root:$6$secret:19000:0:99999:7:::\n"
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One small real profile (3 iterations, kineto files too); tests copy it before attacking."""
+    runner = Runner(tmp_path_factory.mktemp("hardening_files"))
+    runner.run(JOB, OPTIONS)
+    [prof] = runner.prof_dirs()
+    return prof
+
+
+def copy_of(profile: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "out" / profile.name
+    shutil.copytree(profile, target, symlinks=True)
+    return target
+
+
+def victim(tmp_path: Path) -> Path:
+    path = tmp_path / "shadow"
+    path.write_text(VICTIM_TEXT)
+    return path
+
+
+def no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+
+
+# --- finding 1: a command's -o never replaces what is not a regular file --------------------
+
+def _fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return "named pipe (FIFO)"
+
+
+def _symlink(path: Path) -> str:
+    path.symlink_to(victim(path.parent))
+    return "symbolic link"
+
+
+def _device(path: Path) -> str:
+    if os.geteuid() != 0:
+        pytest.skip("creating a device node needs root (CI runs as root)")
+    os.mknod(path, 0o600 | stat.S_IFCHR, os.stat("/dev/null").st_rdev)  # a /dev/null of our own
+    return "character device"
+
+
+def _directory(path: Path) -> str:
+    path.mkdir()
+    return "directory"
+
+
+def _socket(path: Path) -> str:
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(path))
+    sock.close()
+    return "socket"
+
+
+TARGETS = {"fifo": _fifo, "symlink": _symlink, "device": _device, "directory": _directory,
+           "socket": _socket}
+
+
+def _fingerprint(path: Path) -> tuple:
+    st = path.lstat()
+    inside = path.parent.joinpath("shadow").read_text() if path.is_symlink() else None
+    return stat.S_IFMT(st.st_mode), st.st_ino, st.st_rdev, inside
+
+
+@pytest.mark.parametrize("command", ["report", "merge"])
+@pytest.mark.parametrize("kind", sorted(TARGETS))
+def test_output_onto_a_special_file_is_refused(profile: Path, tmp_path: Path, command: str,
+                                               kind: str) -> None:
+    target = tmp_path / ("out.html" if command == "report" else "out.json")
+    what = TARGETS[kind](target)
+    before = _fingerprint(target)
+    proc = jobprof_cli(command, str(profile), "-o", str(target))
+    no_traceback(proc)
+    assert proc.returncode in (1, 2), proc.stdout + proc.stderr
+    assert str(target) in proc.stderr and what in proc.stderr, proc.stderr
+    assert _fingerprint(target) == before  # still the FIFO / link / device / folder, victim intact
+    assert not list(tmp_path.glob(".out.*.tmp"))
+
+
+def test_merge_default_output_planted_link_is_refused(profile: Path, tmp_path: Path) -> None:
+    prof = copy_of(profile, tmp_path)
+    shadow = victim(tmp_path)
+    (prof / "merged.json").symlink_to(shadow)
+    proc = jobprof_cli("merge", str(prof))
+    no_traceback(proc)
+    assert proc.returncode == 2 and "symbolic link" in proc.stderr, proc.stderr
+    assert shadow.read_text() == VICTIM_TEXT and (prof / "merged.json").is_symlink()
+
+
+@pytest.mark.parametrize("command", ["report", "merge"])
+def test_output_dash_is_stdout(profile: Path, tmp_path: Path, command: str) -> None:
+    proc = jobprof_cli(command, str(profile), "-o", "-", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    if command == "report":
+        assert proc.stdout.startswith("<!DOCTYPE html>") and proc.stdout.rstrip().endswith("</html>")
+    else:
+        assert json.loads(proc.stdout)["traceEvents"]
+    assert not (tmp_path / "-").exists()
+
+
+@pytest.mark.parametrize("command", ["report", "merge"])
+def test_output_regular_file_is_replaced_atomically(profile: Path, tmp_path: Path, command: str) -> None:
+    target = tmp_path / "old.json"
+    target.write_text("old")
+    proc = jobprof_cli(command, str(profile), "-o", str(target))
+    assert proc.returncode == 0, proc.stderr
+    assert target.read_text() != "old" and stat.S_ISREG(target.lstat().st_mode)
+
+
+@pytest.mark.parametrize("command", ["report", "merge"])
+@pytest.mark.parametrize("where", ["/proc/jobprof-out.json", "/proc/jobprof-missing/out.json"])
+def test_output_where_nothing_can_be_written(profile: Path, command: str, where: str) -> None:
+    proc = jobprof_cli(command, str(profile), "-o", where)
+    no_traceback(proc)
+    assert proc.returncode in (1, 2) and "jobprof: error:" in proc.stderr, proc.stderr
+    assert "/proc/jobprof-" in proc.stderr
+
+
+def test_kineto_output_link_is_refused(profile: Path, tmp_path: Path) -> None:
+    prof = copy_of(profile, tmp_path)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (prof / "kineto").mkdir()
+    (prof / "kineto" / "iteration_1").symlink_to(foreign)  # the default output's first folder
+    proc = jobprof_cli("kineto", str(prof))
+    no_traceback(proc)
+    assert proc.returncode == 1 and "iteration_1 is a symbolic link" in proc.stderr, proc.stderr
+    assert not list(foreign.iterdir())
+    linked = tmp_path / "linked"
+    linked.symlink_to(foreign)
+    proc = jobprof_cli("kineto", str(prof), "-o", str(linked))
+    assert proc.returncode == 1 and "is a symbolic link" in proc.stderr, proc.stderr
+    assert not list(foreign.iterdir())
+
+
+# --- finding 2: nothing planted inside a PROF_ folder is followed ---------------------------
+
+@pytest.mark.parametrize("name", ["step_trace_0_1_1.csv", "merged.json.gz"])
+def test_planted_temp_file_link_is_never_followed(tmp_path: Path, name: str) -> None:
+    shadow = victim(tmp_path)
+    folder = tmp_path / "summary"
+    folder.mkdir()
+    planted = folder / f".{name}.{os.getpid()}.tmp"  # the name StreamedFile tried first
+    planted.symlink_to(shadow)
+    fsio.atomic_write(folder / name, "Iteration ID,FP Start\n1,2\n")
+    assert shadow.read_text() == VICTIM_TEXT
+    assert planted.is_symlink()
+    assert (folder / name).read_bytes() == b"Iteration ID,FP Start\n1,2\n"
+    with fsio.StreamedFile(folder / name) as out:  # the streamed (and .gz) form too
+        out.handle.write("x")
+        out.finish()
+    assert shadow.read_text() == VICTIM_TEXT
+
+
+def _rendered(device: Path) -> list[Path]:
+    return [p for sub in ("timeline", "summary") for p in (device / sub).glob("*")]
+
+
+@pytest.mark.parametrize("linked", ["device_0", "device_0/summary", "device_0/timeline"])
+def test_export_refuses_symlinked_folders(profile: Path, tmp_path: Path, linked: str) -> None:
+    prof = copy_of(profile, tmp_path)
+    # a second, honest device: export must go on with it
+    shutil.copytree(prof / "device_0", prof / "device_1")
+    for meta in (prof / "device_1").glob("*.0*"):
+        meta.rename(meta.with_name(meta.name.replace(".0", ".1", 1)))
+    for device in ("device_0", "device_1"):
+        for path in _rendered(prof / device):
+            path.unlink()
+    foreign = tmp_path / "foreign"
+    shutil.move(prof / linked, foreign)
+    (prof / linked).symlink_to(foreign)
+    before = sorted(p.relative_to(foreign) for p in foreign.rglob("*"))
+    proc = jobprof_cli("export", str(prof))
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{prof / linked} is a symbolic link" in proc.stderr, proc.stderr
+    assert sorted(p.relative_to(foreign) for p in foreign.rglob("*")) == before  # nothing written there
+    assert len(_rendered(prof / "device_1")) >= 6  # the other device was exported
+
+
+def test_cann8_stage_name_planted_link(profile: Path, tmp_path: Path) -> None:
+    prof = copy_of(profile, tmp_path)
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (prof / f".{cann8.FOLDER}.{os.getpid()}.tmp").symlink_to(foreign)  # the old stage name
+    result = cann8.assemble(prof)
+    assert result.files and not list(foreign.iterdir())
+    assert not (prof / cann8.FOLDER).is_symlink()
+
+
+@pytest.mark.parametrize("plant", ["data", "segment", "fifo"])
+def test_raw_writer_refuses_planted_links(tmp_path: Path, plant: str) -> None:
+    shadow = victim(tmp_path)
+    device = tmp_path / "PROF_000001_20260101000000000_ABCDEFGHIJKLMNOP" / "device_0"
+    device.mkdir(parents=True)
+    if plant == "data":
+        (tmp_path / "elsewhere").mkdir()
+        (device / "data").symlink_to(tmp_path / "elsewhere")
+    else:
+        (device / "data").mkdir()
+        segment = device / "data" / "raw.000000001.jsonl"
+        segment.symlink_to(shadow) if plant == "segment" else os.mkfifo(segment)
+    writer = rawstore.RawWriter(device)
+    with pytest.raises(fsio.UnsafePath, match=r"is a (symbolic link|named pipe)"):
+        writer.append(1, {"iteration": [{}]})
+    assert shadow.read_text() == VICTIM_TEXT
+    assert not (tmp_path / "elsewhere").exists() or not list((tmp_path / "elsewhere").iterdir())
+
+
+SWAP_SUMMARY = """
+import os, time
+from pathlib import Path
+import torch
+from torch import nn
+m = nn.Linear(4, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.1)
+for step in range(8):
+    opt.zero_grad()
+    m(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    if step == 1:  # after the first iteration the folders exist: plant the link
+        summary = Path(os.environ["JOBPROF_JOB_DIR"]) / "device_0" / "summary"
+        summary.rename(summary.with_name("moved"))
+        summary.symlink_to(os.environ["FOREIGN"])
+print("job done")
+"""
+
+
+def test_in_process_export_stops_at_a_planted_link(runner: Runner, tmp_path: Path) -> None:
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    proc = runner.run(SWAP_SUMMARY, OPTIONS, env={"FOREIGN": str(foreign)})
+    assert "job done" in proc.stdout
+    assert "collection stopped" in proc.stderr and "summary is a symbolic link" in proc.stderr, proc.stderr
+    assert not list(foreign.iterdir())
+
+
+# --- finding 7: JOBPROF_JOB_DIR ---------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["dotdot", "symlink", "not_prof"])
+def test_hostile_job_dir_is_ignored(runner: Runner, tmp_path: Path, case: str) -> None:
+    runner.out.mkdir()
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    if case == "dotdot":
+        named = runner.out / ".."
+    elif case == "symlink":
+        named = runner.out / "PROF_000001_20260101000000000_ABCDEFGHIJKLMNOP"
+        named.symlink_to(foreign)
+    else:
+        named = runner.out / "evil"
+    proc = runner.run(JOB, OPTIONS, env={"JOBPROF_JOB_DIR": str(named)})
+    assert proc.stderr.count("JOBPROF_JOB_DIR") == 1 and "ignored" in proc.stderr, proc.stderr
+    assert not list(foreign.iterdir())
+    assert not (tmp_path / "device_0").exists() and not (runner.out / "evil").exists()
+    real = [p for p in runner.prof_dirs() if not p.is_symlink()]
+    assert len(real) == 1 and (real[0] / "device_0" / "end_info.0").exists()
+
+
+def test_valid_job_dir_is_honoured(runner: Runner) -> None:
+    named = runner.out / "PROF_000007_20260101000000000_ABCDEFGHIJKLMNOP"
+    proc = runner.run(JOB, OPTIONS, env={"JOBPROF_JOB_DIR": str(named)})
+    assert "JOBPROF_JOB_DIR" not in proc.stderr
+    assert (named / "device_0" / "end_info.0").exists()
+
+
+# --- finding 9: modes, ~, the index -----------------------------------------------------------
+
+def test_umask_000_never_widens_modes(profile: Path, tmp_path: Path) -> None:
+    out = tmp_path / "new" / "deeper"
+    script = tmp_path / "job.py"
+    script.write_text("import os\nos.umask(0)\n" + textwrap.dedent(JOB))
+    env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps({"output": str(out), **OPTIONS}))
+    subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, check=True, timeout=120,
+                   capture_output=True)
+    [prof] = out.glob("PROF_*")
+    exe = str(Path(sys.executable).with_name("jobprof"))
+    for args in (["export", str(prof), "--layout", "cann8"], ["merge", str(prof)],
+                 ["kineto", str(prof)], ["report", str(prof), "-o", str(prof / "r" / "report.html")]):
+        if args[0] == "report":
+            (prof / "r").mkdir(mode=0o750)
+        subprocess.run([exe, *args], env=clean_env(), check=True, timeout=120, capture_output=True, umask=0)
+    checked = 0
+    for path in [tmp_path / "new", out, *out.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        limit = 0o750 if path.is_dir() else 0o640
+        assert mode & ~limit == 0, f"{path}: {oct(mode)} is wider than {oct(limit)}"
+        checked += 1
+    assert checked > 40
+
+
+def test_home_in_output_is_expanded(runner: Runner, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    runner.run(JOB, {**OPTIONS, "output": "~/x"}, env={"HOME": str(home)})
+    assert list((home / "x").glob("PROF_*/device_0/end_info.0"))
+    assert not (runner.tmp / "~").exists()
+
+
+def test_three_jobs_started_together_get_three_indices(runner: Runner) -> None:
+    script = runner.script(JOB)
+    env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps({"output": str(runner.out)}))
+    procs = [subprocess.Popen([sys.executable, str(script)], env=env, cwd=runner.tmp,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=180) == 0, proc.stderr.read()
+        proc.stderr.close()
+    indices = sorted(int(p.name.split("_")[1]) for p in runner.prof_dirs())
+    assert indices == [1, 2, 3]
+    # and a fourth, later job counts on
+    runner.run(JOB, {})
+    assert sorted(int(p.name.split("_")[1]) for p in runner.prof_dirs()) == [1, 2, 3, 4]
