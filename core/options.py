@@ -210,7 +210,7 @@ def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
             values[key] = int(value)
     if storage_mb is not None:
         values["storage_limit"] = f"{storage_mb}MB"  # the effective limit, after raising to 200
-    values["output"] = str(Path(cwd or os.getcwd(), values["output"]).resolve())
+    values["output"] = str(Path(cwd or os.getcwd(), os.path.expanduser(values["output"])).resolve())
     config = Config(values, explicit=options.keys(), source=source, storage_limit_mb=storage_mb)
     return Outcome(config, (), tuple(warnings), source)
 
@@ -410,7 +410,7 @@ def _output_problems(output: str, cwd: str | None) -> list[Problem]:
     refuse new entries whatever the bits say), so a throw-away directory is created and
     removed in the nearest existing ancestor: exactly what creating PROF_* needs.
     """
-    path = Path(cwd or os.getcwd(), output)
+    path = Path(cwd or os.getcwd(), os.path.expanduser(output))  # "~/x": the home folder's x
     probe = path
     while not probe.exists():  # nearest existing ancestor decides creatability
         if probe.is_symlink():

@@ -22,6 +22,8 @@ from typing import Any
 
 import attrs
 
+from jobprof import fsio
+
 ITERATION_STREAM = "iteration"
 #: jobprof's own work inside the iteration, in the job's time: ``[[start_ns, end_ns], ...]``
 #: (hand-overs at iteration ends, what ``Session.record_own`` was told), each span in the raw line
@@ -118,7 +120,8 @@ class RawWriter:
     def _rotate(self, index: int) -> None:
         self.close()
         self.segment = self.data / f"raw.{index:09d}.jsonl"
-        self._fd = os.open(self.segment, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o640)
+        # through no symlinked PROF_/device/data folder, onto no planted link, FIFO or device
+        self._fd = fsio.open_append(self.segment, root=self.data.parent.parent)
         self._count = 0
         self._size = os.fstat(self._fd).st_size
 
