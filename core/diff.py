@@ -14,6 +14,7 @@ present on one side only are ``new`` / ``gone``.  The model's keys are stable (`
 from __future__ import annotations
 
 import csv
+import math
 import statistics
 from collections.abc import Iterable
 from pathlib import Path
@@ -21,10 +22,10 @@ from typing import Any
 
 import attrs
 
-from jobprof import breakdown
+from jobprof import breakdown, rawstore
 from jobprof.manager import PluginManager
 from jobprof.profile import Profile
-from jobprof.selection import Selection
+from jobprof.selection import Selection, narrowed
 from jobprof.stats import p95
 from jobprof.summary import Progress, iteration_rows, quiet
 
@@ -76,22 +77,53 @@ def read_op_statistic(paths: Iterable[Path]) -> tuple[dict[tuple[str, str], list
     groups: dict[tuple[str, str], list[Any]] = {}
     files = 0
     for path in paths:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = {"OP Type", "Core Type", "Count", "Total Time(us)"} - set(reader.fieldnames or ())
-            if missing:
-                raise DiffError(f"{path}: not an op_statistic file (no column {', '.join(sorted(missing))})")
-            for row in reader:
-                try:
-                    count, total = int(row["Count"]), float(row["Total Time(us)"])
-                except (TypeError, ValueError):
-                    continue  # an N/A cell: nothing measured to add
-                g = groups.setdefault((row["OP Type"], row["Core Type"]), [0, 0.0, []])
-                g[0] += count
-                g[1] += total
-                g[2].append(total)
+        try:
+            found = _op_statistic(path)
+        except (OSError, ValueError, csv.Error) as exc:  # one unreadable file: the others count
+            rawstore.problem(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}: left out")
+            continue
+        for key, (count, total) in found.items():
+            g = groups.setdefault(key, [0, 0.0, []])
+            g[0] += count
+            g[1] += total
+            g[2].append(total)
         files += 1
     return groups, files
+
+
+def _op_statistic(path: Path) -> dict[tuple[str, str], tuple[int, float]]:
+    """One op_statistic file's (OP Type, Core Type) -> (calls, total µs); ValueError names what is
+    wrong with a file that is not one."""
+    found: dict[tuple[str, str], tuple[int, float]] = {}
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = {"OP Type", "Core Type", "Count", "Total Time(us)"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"not an op_statistic file (no column {', '.join(sorted(missing))})")
+        for row in reader:
+            try:
+                count, total = int(row["Count"]), float(row["Total Time(us)"])
+            except (TypeError, ValueError):
+                continue  # an N/A cell (or a short row): nothing measured to add
+            if count < 0 or not math.isfinite(total):
+                continue
+            key = (str(row["OP Type"]), str(row["Core Type"]))
+            before = found.get(key, (0, 0.0))
+            found[key] = (before[0] + count, before[1] + total)
+    return found
+
+
+def _collective(r: dict[str, Any]) -> tuple[tuple[str, str], int, int] | None:
+    """A hccl record's ((op, group), bytes, ns), or None when it has no usable duration or is not
+    shaped as the hccl plugin writes it."""
+    if r.get("duration_unknown") or r.get("end_ns") is None:
+        return None
+    start, end, size = r.get("start_ns"), r["end_ns"], r.get("bytes") or 0
+    group = r.get("group_desc") or r.get("group")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, size)) \
+            or not isinstance(r.get("op"), str) or not isinstance(group, str) or end < start:
+        raise ValueError("not a hccl record (op, group, start_ns, end_ns, bytes)")
+    return (r["op"], group), size, end - start
 
 
 def load(path: Path, selection: Selection, manager: PluginManager, progress: Progress = quiet) -> Side:
@@ -107,18 +139,28 @@ def load(path: Path, selection: Selection, manager: PluginManager, progress: Pro
         rows[rank] = list(iteration_rows(profile, manager, device, progress))
         ops[rank], files[rank] = read_op_statistic(profile.summary_files(device, "op_statistic"))
         per = collectives.setdefault(rank, {})
+        bad = 0
         for r in profile.records("hccl", device):
             seen_hccl = True
-            if r.get("duration_unknown") or r.get("end_ns") is None:
+            try:
+                found = _collective(r) if isinstance(r, dict) else None
+            except ValueError:
+                bad += 1
                 continue
-            c = per.setdefault((r["op"], r.get("group_desc") or r["group"]), [0, 0, 0])
+            if found is None:
+                continue
+            c = per.setdefault(found[0], [0, 0, 0])
             c[0] += 1
-            c[1] += r.get("bytes") or 0
-            c[2] += r["end_ns"] - r["start_ns"]
+            c[1] += found[1]
+            c[2] += found[2]
+        if bad:
+            rawstore.problem(f"{profile.folder(device) / 'data'}: {bad} hccl record(s) not shaped as the "
+                             "hccl plugin writes them (op, group, start_ns, end_ns, bytes): left out")
     if not any(rows.values()):
-        raise DiffError(f"{profile.path}: no iterations recorded for the selection "
-                        f"{selection.describe()} (ranks present: "
-                        f"{sorted(profile.rank(d) for d in profile.all_devices) or 'none'})")
+        chosen = narrowed(selection.describe())
+        present = sorted(profile.rank(d) for d in profile.all_devices) or "none"
+        raise DiffError(f"{profile.path}: no iterations recorded"
+                        f"{' for ' + chosen if chosen else ''} (ranks present: {present})")
     return Side(profile.path, selection, rows, ops, files, collectives if seen_hccl else None)
 
 
@@ -309,7 +351,8 @@ def compare(a: Side, b: Side, per_rank: bool = False) -> dict[str, Any]:
                      + ("per-rank tables compare the ranks both have" if per_rank
                         else "all ranks are pooled, per iteration of one rank"))
     if per_rank and not matched:
-        raise DiffError(f"--per-rank: no rank in both profiles (A: {a.ranks}, B: {b.ranks})")
+        raise DiffError(f"--per-rank: no rank in both profiles (A: {', '.join(map(str, a.ranks)) or 'none'}, "
+                        f"B: {', '.join(map(str, b.ranks)) or 'none'})")
     scopes: list[int | None] = [None, *matched] if per_rank else [None]
     detail: list[int | None] = list(matched) if per_rank else [None]
     for name, side in (("A", a), ("B", b)):

@@ -11,7 +11,6 @@ cache, which keeps memory bounded on long runs.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,11 +27,14 @@ LIGHT_RECORDS = 50_000
 
 def find_prof_dir(path: Path) -> Path:
     """``path`` itself if it is a PROF_ folder, else the newest PROF_ folder inside it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path}: not a directory (give a PROF_* folder or one holding it)")
     if PROF_RE.match(path.name):
         return path
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such directory")
-    found = sorted((p for p in path.iterdir() if PROF_RE.match(p.name)), key=lambda p: p.name[12:29])
+    found = sorted((p for p in path.iterdir() if PROF_RE.match(p.name) and p.is_dir()),
+                   key=lambda p: p.name[12:29])
     if not found:
         raise FileNotFoundError(f"no PROF_* directory in {path}")
     return found[-1]
@@ -44,6 +46,7 @@ class Profile:
         self.selection = selection
         every = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
         self._info: dict[int, dict[str, Any]] = {}
+        self._finished: dict[int, bool] = {}
         self._all_devices = sorted(every)
         self._folders = every
         self._devices = {dev: d for dev, d in every.items() if selection.has_rank(self._rank(dev, d))}
@@ -72,18 +75,18 @@ class Profile:
         return self._rank(device, self._folders[device])
 
     def _read_info(self, device: int, folder: Path) -> dict[str, Any]:
-        if device not in self._info:
-            try:
-                self._info[device] = json.loads((folder / f"info.json.{device}").read_text())
-            except (OSError, ValueError):
-                self._info[device] = {}
+        if device not in self._info:  # a missing or unusable info.json (reported) reads as empty
+            self._info[device] = rawstore.read_info(folder / f"info.json.{device}") or {}
         return self._info[device]
 
     def info(self, device: int) -> dict[str, Any]:
         return self._read_info(device, self._devices[device])
 
     def finished(self, device: int) -> bool:
-        return (self._devices[device] / f"end_info.{device}").exists()
+        if device not in self._finished:
+            end = rawstore.read_end(self._devices[device] / f"end_info.{device}")
+            self._finished[device] = end is not None
+        return self._finished[device]
 
     def folder(self, device: int) -> Path:
         return self._devices[device]

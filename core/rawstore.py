@@ -13,10 +13,12 @@ readers.  Segments ``raw.<first iteration:09d>.jsonl`` hold up to
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -135,29 +137,284 @@ def segments(device_dir: Path) -> list[Path]:
     data = device_dir / "data"
     if not data.is_dir():
         return []
-    return sorted(p for p in data.iterdir() if _SEGMENT_RE.match(p.name))
+    return sorted(p for p in data.iterdir() if _SEGMENT_RE.match(p.name) and p.is_file())
+
+
+# --- reading: the one layer every command reads raw data and metadata through ----------------
+# A PROF_ directory may have been cut by a crash, edited by hand or written by someone else:
+# readers take only lines, records and metadata files of the shape jobprof writes, drop the rest
+# and say so (one message per file, with a count and the first problem), and go on.
+
+#: where read problems go while a command runs (see :func:`reporting`); nowhere otherwise
+_PROBLEMS: ContextVar[Callable[[str], None] | None] = ContextVar("jobprof_read_problems", default=None)
+#: the largest integer jobprof writes (ns since boot, epoch ns, iteration numbers): int64
+INT_MAX = (1 << 63) - 1
+
+
+@contextlib.contextmanager
+def reporting(sink: Callable[[str], None]) -> Iterator[None]:
+    """Send every problem the readers find while the block runs to ``sink`` (one line each)."""
+    token = _PROBLEMS.set(sink)
+    try:
+        yield
+    finally:
+        _PROBLEMS.reset(token)
+
+
+def problem(text: str) -> None:
+    """Report one read problem (a file named, what is wrong with it and what was done)."""
+    sink = _PROBLEMS.get()
+    if sink is not None:
+        sink(text)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT_MAX
+
+
+def _show(value: Any) -> str:
+    """A value in a problem message: JSON-ish, one line, short (never a Python repr)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+             int: "an integer", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+#: the core's iteration record (jobprof.types.Iteration.to_record): field -> (types, required)
+_ITERATION_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "index": ((int,), True), "start_ns": ((int,), True), "end_ns": ((int,), True),
+    "method": ((str,), True), "fp_start_ns": ((int, type(None)), False),
+    "bp_end_ns": ((int, type(None)), False), "skipped": ((bool,), False), "model_id": ((int,), False)}
+
+
+class Digits:
+    """A field type: a non-negative int64, or its decimal digits as a string (start_info's form)."""
+
+
+class Strings:
+    """A field type: a list of strings."""
+
+
+def _field_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if Digits in types and (_int(value) or (isinstance(value, str) and value.isascii() and value.isdigit()
+                                            and len(value) <= 19 and int(value) <= INT_MAX)):
+        return True
+    if Strings in types and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return True
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and int in types:
+        return _int(value)
+    return isinstance(value, tuple(t for t in types if t not in (Digits, Strings)))
+
+
+def _want(types: tuple[type, ...]) -> str:
+    names = {Digits: "a non-negative integer (or its digits)", Strings: "a list of strings",
+             int: "a non-negative integer", type(None): "null"}
+    return " or ".join(names.get(t) or _kind(t()) for t in types)
+
+
+def fields_problem(record: Mapping[str, Any], fields: Mapping[str, tuple[tuple[type, ...], bool]],
+                   what: str) -> str | None:
+    """What is wrong with ``record`` against ``fields`` (name -> (allowed types, required)), or
+    None; integers must be non-negative int64 values (what jobprof writes), never booleans."""
+    for name, (types, required) in fields.items():
+        if name not in record:
+            if required:
+                return f"{what} has no {name}"
+            continue
+        if not _field_ok(record[name], types):
+            return f"{what} {name} is {_show(record[name])}, not {_want(types)}"
+    return None
+
+
+def _line_problem(record: Any) -> tuple[tuple[int, dict[str, list[Any]]] | None, str | None]:
+    """``((index, streams), None)`` for a good line, ``((index, streams), note)`` when records
+    were dropped from it, ``(None, problem)`` for a line that is not an iteration."""
+    if not isinstance(record, dict):
+        return None, f"{_kind(record)}, not an object"
+    if "index" not in record or "streams" not in record:
+        return None, f"no {'index' if 'index' not in record else 'streams'}"
+    index, streams = record["index"], record["streams"]
+    if not _int(index):
+        return None, f"index is {_show(index)}, not a non-negative integer"
+    if not isinstance(streams, dict):
+        return None, f"streams is {_kind(streams)}, not an object"
+    its = streams.get(ITERATION_STREAM)
+    if not isinstance(its, list) or not its:
+        return None, f"no {ITERATION_STREAM} record" if its is None else \
+            f"streams.{ITERATION_STREAM} is {_show(its)}, not a list of one record"
+    if not isinstance(its[0], dict):
+        return None, f"{ITERATION_STREAM} record is {_show(its[0])}, not an object"
+    wrong = fields_problem(its[0], _ITERATION_FIELDS, f"{ITERATION_STREAM} record")
+    if wrong is None and its[0]["end_ns"] < its[0]["start_ns"]:
+        wrong = f"{ITERATION_STREAM} record ends (end_ns) before it starts (start_ns)"
+    if wrong:
+        return None, wrong
+    kept: dict[str, list[Any]] = {}
+    dropped: list[str] = []
+    for name, records in streams.items():
+        if not isinstance(records, list):
+            dropped.append(f"stream {name!s:.40} is {_kind(records)}, not a list")
+            continue
+        if name == PROFILER_STREAM:  # the core's own: [[start_ns, end_ns], ...]
+            good = [r for r in records if isinstance(r, list) and len(r) == 2 and all(map(_int, r))
+                    and r[0] <= r[1]]
+        elif name == ITERATION_STREAM:
+            good = records[:1]
+        elif all(isinstance(r, (dict, list)) for r in records):  # a plugin's, the common case
+            good = records
+        else:  # a plugin's: objects (or lists, e.g. task_trace ops), its own fields
+            good = [r for r in records if isinstance(r, (dict, list))]
+        if len(good) != len(records):
+            dropped.append(f"{len(records) - len(good)} bad record(s) of stream {name!s:.40}")
+        kept[name] = good
+    return (index, kept), "; ".join(dropped) or None
+
+
+def _load_line(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except RecursionError:  # nesting deeper than the parser's stack: not a line jobprof wrote
+        raise ValueError("nested too deeply") from None
 
 
 def _parse(line: bytes) -> tuple[int, dict[str, list[Any]]] | None:
+    """One line's ``(index, streams)``, or None when it is not a valid iteration line."""
     try:
-        record = json.loads(line)
-        return int(record["index"]), record["streams"]
-    except (ValueError, KeyError, TypeError):
+        parsed, _ = _line_problem(_load_line(line))
+    except ValueError:
         return None  # a torn last line (power loss, full disk): that iteration is lost
+    return parsed
+
+
+class _FileProblems:
+    """The problems of one file, reported as one message: how many, and the first few."""
+
+    SHOWN = 3
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.count, self.first = path, 0, []  # type: ignore[var-annotated]
+
+    def add(self, where: str, text: str) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append(f"{where}: {text}")
+
+    def report(self, what: str) -> None:
+        if self.count:
+            more = f"; and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
+            problem(f"{self.path}: {self.count} {what} ({'; '.join(self.first)}{more})")
 
 
 def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
     """Every complete iteration on disk, in order: ``(index, {stream: records})``.
 
-    Streams one segment at a time, so memory stays bounded by a segment.
+    Streams one segment at a time, so memory stays bounded by a segment.  A line that is not a
+    valid iteration line is left out (a last line cut without its newline silently: that is
+    what a crash leaves), and so are bad records inside a good line; each segment's problems
+    are reported once (:func:`reporting`).
     """
     for segment in segments(device_dir):
-        with open(segment, "rb") as handle:
-            for line in handle:
-                parsed = _parse(line)
-                if parsed is not None and ITERATION_STREAM in parsed[1]:
-                    yield parsed
+        bad, trimmed = _FileProblems(segment), _FileProblems(segment)
+        try:
+            handle = open(segment, "rb")  # noqa: SIM115 (closed by the with below; the open may fail alone)
+        except OSError as exc:
+            problem(f"{segment}: cannot read ({exc.strerror or exc}): its iterations are left out")
+            continue
+        with handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    parsed, note = _line_problem(_load_line(line))
+                except ValueError as exc:
+                    if line.endswith(b"\n"):
+                        bad.add(f"line {number}", f"not JSON ({str(exc)[:60]})")
+                    continue
+                if parsed is None:
+                    bad.add(f"line {number}", note or "not an iteration line")
+                    continue
+                if note:
+                    trimmed.add(f"line {number}", note)
+                yield parsed
+        bad.report("line(s) left out, not iteration lines")
+        trimmed.report("line(s) with records left out")
 
+
+def read_object(path: Path, fields: Mapping[str, tuple[tuple[type, ...], bool]] | None = None,
+                what: str = "") -> dict[str, Any] | None:
+    """A metadata file (info.json, start_info, end_info) that must be one JSON object: the
+    object, with fields of the wrong type (``fields``: name -> (types, required)) reported and
+    left out; None, reported, when the file is unreadable, not JSON, not an object or lacks a
+    required field; None, silently, when it does not exist (the caller decides what that means)."""
+    try:
+        data = _load_line(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problem(f"{path}: cannot read ({exc.strerror or exc}){what}")
+        return None
+    except ValueError as exc:
+        problem(f"{path}: not valid JSON ({str(exc)[:60]}){what}")
+        return None
+    if not isinstance(data, dict):
+        problem(f"{path}: holds {_kind(data)}, not a JSON object{what}")
+        return None
+    for name, (types, required) in (fields or {}).items():
+        wrong = fields_problem(data, {name: (types, required)}, "field")
+        if wrong is None:
+            continue
+        if required:
+            problem(f"{path}: {wrong}{what}")
+            return None
+        problem(f"{path}: {wrong}: ignored")
+        del data[name]
+    return data
+
+
+#: start_info.<dev> / end_info.<dev> (jobprof.clock.ClockAnchor.info): the clock pair, as strings
+START_FIELDS = {"collectionTimeBegin": ((Digits,), True), "clockMonotonic": ((Digits,), True),
+                "clockMonotonicRaw": ((Digits,), False)}
+END_FIELDS = {"collectionTimeEnd": ((Digits,), False), "clockMonotonic": ((Digits,), False),
+              "clockMonotonicRaw": ((Digits,), False)}
+#: info.json.<dev> (jobprof.profdir.host_info and the session's ``jobprof`` section): the fields
+#: readers use; rank_id is an integer or "N/A"
+INFO_FIELDS = {"hostname": ((str,), False), "pid": ((Digits,), False), "pid_name": ((str,), False),
+               "rank_id": ((int, str), False), "jobprof": ((dict,), False)}
+INFO_JOBPROF_FIELDS = {"options": ((dict,), False), "explicit": ((Strings,), False),
+                       "time_base_ns": ((int,), False), "calibration": ((dict,), False),
+                       "iteration_method": ((str,), False), "plugins": ((Strings,), False),
+                       "world_size": ((int, str), False), "backend": ((str,), False)}
+
+
+def read_info(path: Path) -> dict[str, Any] | None:
+    """A device's info.json (see :func:`read_object`), its ``jobprof`` section checked too."""
+    info = read_object(path, INFO_FIELDS)
+    if info is not None and "jobprof" in info:
+        own = dict(info["jobprof"])
+        for name, spec in INFO_JOBPROF_FIELDS.items():
+            wrong = fields_problem(own, {name: spec}, "field jobprof.")
+            if wrong:
+                problem(f"{path}: {wrong.replace('jobprof. ', 'jobprof.')}: ignored")
+                del own[name]
+        info["jobprof"] = own
+    return info
+
+
+def read_start(path: Path) -> dict[str, Any] | None:
+    """A device's start_info (its clock anchor), or None, reported, when unusable."""
+    return read_object(path, START_FIELDS, ": the device's clock anchor is unknown")
+
+
+def read_end(path: Path) -> dict[str, Any] | None:
+    """A device's end_info, or None (absent: the job did not finish; unusable: reported)."""
+    return read_object(path, END_FIELDS, ": read as if the process did not finish")
 
 #: the start of every line :meth:`RawWriter._encode` writes
 _INDEX_RE = re.compile(rb'^\{"index":(\d+),')
@@ -168,11 +425,14 @@ def indices(device_dir: Path) -> set[int]:
     a torn line (no newline) is left out as :func:`read` does."""
     found = set()
     for segment in segments(device_dir):
-        with open(segment, "rb") as handle:
-            for line in handle:
-                m = _INDEX_RE.match(line)
-                if m and line.endswith(b"}\n"):
-                    found.add(int(m.group(1)))
+        try:
+            with open(segment, "rb") as handle:
+                for line in handle:
+                    m = _INDEX_RE.match(line)
+                    if m and line.endswith(b"}\n"):
+                        found.add(int(m.group(1)))
+        except OSError:
+            continue  # read() names the unreadable segment
     return found
 
 

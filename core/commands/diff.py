@@ -121,7 +121,10 @@ def run(args: argparse.Namespace) -> int:
         a = diff.load(args.prof_a, sel_a, manager, progress_for())
         b = diff.load(args.prof_b, sel_b, manager, progress_for())
         model = diff.compare(a, b, per_rank=args.per_rank)
-    except (ValueError, FileNotFoundError, NotADirectoryError) as exc:
+    except (diff.DiffError, FileNotFoundError, NotADirectoryError) as exc:  # nothing usable to compare
+        print(f"jobprof: error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # a bad --iterations / --rank
         print(f"jobprof: error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from jobprof import cann8, export, rawstore
 from jobprof.commands._common import add_prof_dir, new_manager
+from jobprof.merge import MergeError
 from jobprof.profile import find_prof_dir
 from jobprof.progress import bar
 
@@ -31,18 +32,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"jobprof: error: {prof} has no device_<id> folders", file=sys.stderr)
         return 1
     status = 0
+    unusable = exported = 0
     for device_dir in devices:
         with bar(total=_stored_iterations(device_dir), desc=device_dir.name, unit="iteration") as shown:
             result = export.export_device(device_dir, manager, lambda _done: shown.update(1))
         finished = any(device_dir.glob("end_info.*"))
         print(f"{device_dir}: {result.iterations} iteration(s), {result.files} file(s)"
               + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
+        exported += result.iterations
         for problem in result.problems:
             print(f"  problem: {problem}", file=sys.stderr)
+        # a device whose metadata cannot be read (named above) costs only itself, unless all do;
+        # any other problem (a writer failed, a folder refused) fails the command
+        unreadable = bool(result.problems) and all("unreadable metadata" in p for p in result.problems)
+        if result.problems and not unreadable:
             status = 1
+        unusable += unreadable
+    if unusable and not exported:
+        status = 1
     if args.layout == "cann8":
-        with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:
-            assembled = cann8.assemble(prof, advance=shown.update)
+        try:
+            with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:
+                assembled = cann8.assemble(prof, advance=shown.update)
+        except MergeError as exc:  # an unreadable timeline: named, the per-device files stay
+            print(f"jobprof: error: {cann8.FOLDER} not written: {exc}", file=sys.stderr)
+            return 1
         print("\n".join(cann8.describe(assembled)))
         for note in assembled.problems:
             print(f"  note: {note}", file=sys.stderr)

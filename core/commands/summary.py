@@ -106,4 +106,10 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(model, indent=2, default=str))
     else:
         print(render(model))
-    return 0 if model["ranks"] else 1
+    return 0 if usable(model) else 1
+
+
+def usable(model: dict[str, Any]) -> bool:
+    """Whether any rank had an iteration to show: exit status 1 when none did (nothing usable:
+    no device folder, or every raw line unreadable, each named on stderr)."""
+    return any(r["iterations"]["count"] for r in model["ranks"])
