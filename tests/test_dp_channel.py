@@ -303,3 +303,65 @@ def test_a_burst_of_malformed_records_leaves_the_channel_working(collector):
     assert len(fetches) == 2
     assert receiver.malformed == 2 * len(bad)
     assert receiver._thread.is_alive()
+
+
+# -- who counts as a worker -------------------------------------------------------------------
+
+def test_a_grandchild_is_a_worker_too(collector):
+    """forkserver: the worker's parent is the fork server, itself a child of the owner."""
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the fork server
+        try:
+            grandchild = os.fork()
+            if grandchild == 0:
+                try:
+                    _worker([record(os.getpid()), record(os.getpid(), worker=1)], read_fd)
+                finally:
+                    os._exit(5)
+            _, status = os.waitpid(grandchild, 0)
+            os._exit(os.waitstatus_to_exitcode(status))
+        finally:
+            os._exit(6)
+    os.close(read_fd)
+    receiver = collector._receiver
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and len(collector._fetches) < 2 and not receiver.refused:
+        receiver.drain()
+        time.sleep(0.01)
+    os.write(write_fd, b"x")
+    os.close(write_fd)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    fetches = [r for r in collector.take(time.monotonic_ns()) if r["k"] == "fetch"]
+    assert sorted(r["w"] for r in fetches) == [0, 1] and receiver.refused == 0
+
+
+@pytest.mark.parametrize("vouched", [True, False])
+def test_a_worker_reaped_before_its_connection_is_accepted(vouched):
+    """A worker that connected, sent and was reaped before the receiver looked cannot be traced
+    in /proc: only the owner's list of the workers it started lets its records in."""
+    from jobprof.plugins.dp.channel import Receiver, Sender
+
+    got: list[bytes] = []
+    started: set[int] = set()
+    receiver = Receiver(got.append, known_pids=lambda: started)
+    try:
+        with receiver._poll_lock:  # the receiver cannot accept meanwhile
+            child = os.fork()
+            if child == 0:  # pragma: no cover - the worker
+                try:
+                    sender = Sender.for_this_worker()
+                    sender.send(b"sent before exit")
+                    os._exit(0 if sender.dropped == 0 else 4)
+                finally:
+                    os._exit(5)
+            if vouched:
+                started.add(child)
+            _, status = os.waitpid(child, 0)  # reaped: /proc/<pid> is gone
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert not Path(f"/proc/{child}").exists()
+        receiver.drain()
+    finally:
+        receiver.close()
+    assert (got, receiver.refused) == (([b"sent before exit"], 0) if vouched else ([], 1))
