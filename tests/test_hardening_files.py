@@ -269,6 +269,7 @@ print("job done")
 """
 
 
+@pytest.mark.slow  # a profiled run (or four)
 def test_in_process_export_stops_at_a_planted_link(runner: Runner, tmp_path: Path) -> None:
     foreign = tmp_path / "foreign"
     foreign.mkdir()
@@ -280,6 +281,7 @@ def test_in_process_export_stops_at_a_planted_link(runner: Runner, tmp_path: Pat
 
 # --- finding 7: JOBPROF_JOB_DIR ---------------------------------------------------------------
 
+@pytest.mark.slow  # a profiled run (or four)
 @pytest.mark.parametrize("case", ["dotdot", "symlink", "not_prof"])
 def test_hostile_job_dir_is_ignored(runner: Runner, tmp_path: Path, case: str) -> None:
     runner.out.mkdir()
@@ -300,6 +302,7 @@ def test_hostile_job_dir_is_ignored(runner: Runner, tmp_path: Path, case: str) -
     assert len(real) == 1 and (real[0] / "device_0" / "end_info.0").exists()
 
 
+@pytest.mark.slow  # a profiled run (or four)
 def test_valid_job_dir_is_honoured(runner: Runner) -> None:
     named = runner.out / "PROF_000007_20260101000000000_ABCDEFGHIJKLMNOP"
     proc = runner.run(JOB, OPTIONS, env={"JOBPROF_JOB_DIR": str(named)})
@@ -309,6 +312,7 @@ def test_valid_job_dir_is_honoured(runner: Runner) -> None:
 
 # --- finding 9: modes, ~, the index -----------------------------------------------------------
 
+@pytest.mark.slow  # a profiled run (or four)
 def test_umask_000_never_widens_modes(profile: Path, tmp_path: Path) -> None:
     out = tmp_path / "new" / "deeper"
     script = tmp_path / "job.py"
@@ -332,6 +336,7 @@ def test_umask_000_never_widens_modes(profile: Path, tmp_path: Path) -> None:
     assert checked > 40
 
 
+@pytest.mark.slow  # a profiled run (or four)
 def test_home_in_output_is_expanded(runner: Runner, tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -340,6 +345,7 @@ def test_home_in_output_is_expanded(runner: Runner, tmp_path: Path) -> None:
     assert not (runner.tmp / "~").exists()
 
 
+@pytest.mark.slow  # a profiled run (or four)
 def test_three_jobs_started_together_get_three_indices(runner: Runner) -> None:
     script = runner.script(JOB)
     env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps({"output": str(runner.out)}))
