@@ -19,9 +19,11 @@ be traced; the owner may then vouch for it with ``known_pids`` (e.g. the workers
 Anything else is closed unread and counted in :attr:`Receiver.refused`, the first one kept in
 :attr:`Receiver.first_refused` for the owner to report.  Where ``SO_PEERCRED`` does not exist
 (not Linux) every connection is accepted, as before this check existed: the address is then a
-socket file in the temp folder, guarded only by its permissions (the umask) and the folder's.  Packets longer than ``max_message`` bytes, empty packets and
-those ``on_message`` rejects (any exception) are counted in :attr:`Receiver.malformed`; nothing a
-peer sends ever ends the receiver thread.
+socket file in the temp folder, guarded only by its permissions (the umask) and the folder's.
+
+Packets longer than ``max_message`` bytes, empty packets and those ``on_message`` rejects (any
+exception) are counted in :attr:`Receiver.malformed`; nothing a peer sends ever ends the
+receiver thread.
 """
 
 from __future__ import annotations
