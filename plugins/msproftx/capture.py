@@ -35,6 +35,9 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
     """
     original_enter, original_exit = cls.__dict__["__enter__"], cls.__dict__["__exit__"]
     now, span = recorder.clock, recorder.span
+    # every open enter, by id of its (thread, start) entry: the exit warning names the blocks
+    # never exited (the entry itself is kept, so its id cannot be reused while listed)
+    still = recorder.open_blocks
 
     @functools.wraps(original_enter)  # __wrapped__: TorchScript compiles the original's source
     def __enter__(self: Any) -> Any:
@@ -42,11 +45,13 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
         # the lean path (several per step on the training thread): a stamp on the object now,
         # one tuple into the recorder at exit; the record is built off the training thread
         try:
+            entry = (_thread(), now())
             opened = self.__dict__.get(_OPEN)
             if opened is None:
-                self.__dict__[_OPEN] = [(_thread(), now())]
+                self.__dict__[_OPEN] = [entry]
             else:
-                opened.append((_thread(), now()))
+                opened.append(entry)
+            still[id(entry)] = (entry, self.name)
         except Exception:
             pass  # e.g. a subclass with __slots__: not recorded
         return result
@@ -59,11 +64,12 @@ def install_record_function(recorder: Recorder, cls: Any) -> Restore:
                 end = now()
                 here = _thread()
                 if opened[-1][0] == here or len(opened) == 1:  # the usual case: one enter
-                    start = opened.pop()[1]
+                    entry = opened.pop()
                 else:  # recursion or interleaving on several threads: this thread's newest
                     mine = [i for i, entry in enumerate(opened) if entry[0] == here]
-                    start = opened.pop(mine[-1] if mine else -1)[1]
-                span(RECORD_FUNCTION_DOMAIN, self.name, start, end)
+                    entry = opened.pop(mine[-1] if mine else -1)
+                still.pop(id(entry), None)
+                span(RECORD_FUNCTION_DOMAIN, self.name, entry[1], end)
         except Exception:
             pass
         return original_exit(self, *exc)

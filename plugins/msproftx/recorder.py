@@ -91,7 +91,7 @@ def clip(message: str) -> tuple[str, bool]:
 class OpenRange:
     """A range or push still open: for the exit warning."""
 
-    kind: str  # "range" or "push"
+    kind: str  # "range", "push" or "block" (a record_function entered and never exited)
     message: str
     domain: str
     thread: int
@@ -115,6 +115,9 @@ class Recorder:
         self._allowed: dict[str, bool] = {}
         self._ids = itertools.count(1)
         self._open: dict[int, tuple[int, str, str, int]] = {}  # id -> (start, message, domain, tid)
+        #: record_function blocks entered and not exited (capture.install_record_function):
+        #: id of the entry -> ((thread ident, start ns), name)
+        self.open_blocks: dict[int, tuple[tuple[int, int], Any]] = {}
         self._stacks: dict[tuple[int, str], list[tuple[int, str]]] = {}
         self._overflow: dict[tuple[int, str], int] = {}  # pushes past MAX_DEPTH, owed pops
         self._done: deque[dict[str, Any] | tuple] = deque()
@@ -367,6 +370,12 @@ class Recorder:
         out = [OpenRange("range", m, d, t, s) for s, m, d, t in list(self._open.values())]
         for (tid, domain), stack in list(self._stacks.items()):
             out += [OpenRange("push", m, domain, tid, s) for s, m in list(stack)]
+        if self.open_blocks:
+            native = {t.ident: t.native_id for t in threading.enumerate()}  # blocks keep the ident
+            for (ident, start), name in list(self.open_blocks.values()):
+                if self.allows("record_function"):
+                    out.append(OpenRange("block", self._message(name), "record_function",
+                                         native.get(ident) or ident, start))
         return sorted(out, key=lambda o: o.start_ns)
 
     def exit_notes(self) -> Iterable[str]:
@@ -374,10 +383,13 @@ class Recorder:
         still = self.still_open()
         if still:
             ranges = sum(o.kind == "range" for o in still)
-            pushes = len(still) - ranges
+            blocks = sum(o.kind == "block" for o in still)
+            pushes = len(still) - ranges - blocks
             what = " and ".join(part for part in (
                 f"{ranges} range{'s' if ranges != 1 else ''} (range_start)" if ranges else "",
-                f"{pushes} push{'es' if pushes != 1 else ''} (push/pop)" if pushes else "") if part)
+                f"{pushes} push{'es' if pushes != 1 else ''} (push/pop)" if pushes else "",
+                f"{blocks} record_function block{'s' if blocks != 1 else ''} (never exited)"
+                if blocks else "") if part)
             shown = "; ".join(
                 f"{o.message!r} (domain {o.domain}, thread {o.thread}, started "
                 f"{(o.start_ns - self.origin_ns) / 1e9:.3f} s after profiling started)"
