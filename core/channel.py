@@ -48,7 +48,7 @@ POLL_S = 0.05
 MAX_DEPTH = 4
 _PEERCRED = getattr(socket, "SO_PEERCRED", None)
 _UCRED = struct.Struct("3i")  # struct ucred: pid_t pid; uid_t uid; gid_t gid
-_HANGUP = select.POLLHUP | getattr(select, "POLLRDHUP", 0)
+_HANGUP = getattr(select, "POLLHUP", 0) | getattr(select, "POLLRDHUP", 0)  # no poll() on Windows
 
 
 @attrs.frozen

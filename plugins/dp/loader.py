@@ -161,8 +161,8 @@ class LoaderCollector:
                 try:
                     self._receiver = Receiver(self._received, with_peer=True,
                                               known_pids=lambda: self._worker_pids)
-                except OSError:
-                    pass  # no Unix sockets here: the loop-side records still work
+                except Exception:  # no Unix sockets here: the loop-side records still work
+                    pass
 
     def _received(self, message: bytes, peer: Any) -> None:  # receiver thread (or drain)
         # ValueError for anything but a well-formed record from that very worker: the receiver
