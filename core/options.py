@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import copy
 import difflib
+import errno
 import json
+import math
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -41,6 +44,15 @@ WIDENED_KEYS = frozenset({"aic_metrics"})
 MAX_OPTIONS_BYTES = 2047
 STORAGE_LIMIT_MIN_MB, STORAGE_LIMIT_MAX_MB = 200, 4294967295
 CUSTOM_REGISTER_RANGE = (0x1, 0x6E)
+#: Nesting bound for the options JSON (the top-level object is level 1).  msprof's options are
+#: flat; json.loads recurses once per level and raises RecursionError near 1,000 levels.
+MAX_DEPTH = 32
+#: Longest JSON integer taken: beyond every option's range, far below Python's int/str
+#: conversion limit (4,300 digits), which json.loads hits as a bare ValueError.
+MAX_INT_DIGITS = 64
+#: Bytes kept free below PATH_MAX for what jobprof creates inside output
+#: (PROF_<index>_<stamp>_<suffix>/device_<id>/timeline/<file>, and each file's temp name).
+PROF_PATH_RESERVE = 256
 
 #: Keys msprof refuses next to instr_profiling_freq when they are switched on (the schema's
 #: dependentSchemas says the same; a test keeps them equal).
@@ -143,6 +155,63 @@ def _reject_constant(name: str) -> Any:
     raise _NotJson(f"{name} is not a JSON value")
 
 
+class _Unusable:
+    """A JSON number Python cannot hold as written; reported at its path, never validated."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        self.text, self.reason = text, reason
+
+    def __repr__(self) -> str:  # show_value prints the digits the user wrote
+        return self.text
+
+
+def _parse_int(text: str) -> int | _Unusable:
+    if len(text) - text.startswith("-") > MAX_INT_DIGITS:
+        return _Unusable(text, f"integer has more than {MAX_INT_DIGITS} digits")
+    return int(text)
+
+
+def _parse_float(text: str) -> float | _Unusable:
+    number = float(text)
+    if math.isinf(number):  # 1e400: Python would silently make it infinity
+        return _Unusable(text, "number is too large (beyond a 64-bit float)")
+    return number
+
+
+#: strings (skipped whole, escapes included; an unterminated one runs to the end) and the
+#: structural characters: enough to measure nesting without recursing
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\Z)|[\[\]{}:]', re.DOTALL)
+
+
+def _depth_problem(text: str) -> Problem | None:
+    """A Problem when arrays/objects nest deeper than MAX_DEPTH, at the top-level key holding them.
+
+    Measured on the text before json.loads runs, so no input can make the parser (or the schema
+    validator after it) recurse past Python's limit.
+    """
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return None  # the usual case: too few brackets to nest that deep
+    depth, top, key, last = 0, "", None, None
+    for match in _TOKENS.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            top = top or token
+            if depth > MAX_DEPTH:
+                path = f"$.{key}" if top == "{" and key is not None else "$"
+                return Problem(path, f"is nested deeper than {MAX_DEPTH} levels of arrays and "
+                                     "objects")
+        elif token in ("]", "}"):
+            depth -= 1
+        elif token == ":" and depth == 1 and last is not None:
+            try:
+                key = json.loads(last)
+            except ValueError:
+                key = last[1:-1]
+        last = token if depth == 1 and token.startswith('"') else None
+    return None
+
+
 def _parse(text: str, warnings: list[str]) -> Any:
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -152,12 +221,60 @@ def _parse(text: str, warnings: list[str]) -> Any:
             seen[key] = value
         return seen
 
-    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs)
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=pairs,
+                      parse_int=_parse_int, parse_float=_parse_float)
+
+
+def _encoding_message(text: str) -> str | None:
+    """Why ``text`` cannot be written anywhere: a byte that is not UTF-8, or a lone surrogate."""
+    found = re.search("[\ud800-\udfff]", text)
+    if found is None:
+        return None
+    at = len(text[:found.start()].encode("utf-8"))
+    code = ord(found.group())
+    if 0xDC80 <= code <= 0xDCFF:  # how os.environ (and argv) hold an undecodable byte
+        return f"is not valid UTF-8 at byte {at} (0x{code - 0xDC00:02x})"
+    return f"contains a lone surrogate \\u{code:04x} at byte {at} (not valid Unicode)"
+
+
+def _value_problems(value: Any, path: str = "$") -> Iterator[Problem]:
+    """Numbers Python cannot hold and strings (keys too) that are not valid Unicode."""
+    if isinstance(value, _Unusable):
+        yield Problem(path, value.reason, value, True)
+    elif isinstance(value, str):
+        message = _encoding_message(value)
+        if message:
+            yield Problem(path, message, value, True)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            message = _encoding_message(key)
+            if message:
+                yield Problem(f"{path}.{key}", f"key {message}", item, True)
+            yield from _value_problems(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _value_problems(item, f"{path}[{index}]")
+
+
+def _under(path: str, roots: set[str]) -> bool:
+    return any(path == root or path.startswith((f"{root}.", f"{root}[")) for root in roots)
 
 
 def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
          cwd: str | None = None) -> Outcome:
-    """Parse and validate ``text``; build the effective Config when there is no problem."""
+    """Parse and validate ``text``; build the effective Config when there is no problem.
+
+    Never raises: whatever the text, the result is a Config or problems with JSON paths.
+    """
+    try:
+        return _load(text, composed, source, cwd)
+    except Exception as exc:  # a case the checks below missed: still a problem, never a crash
+        reason = f"{type(exc).__name__}: {exc}"[:200]
+        return Outcome(None, (Problem("$", f"could not be checked ({reason}); this is a jobprof "
+                                           "bug, please report it"),), (), source)
+
+
+def _load(text: str, composed: Composed, source: str, cwd: str | None) -> Outcome:
     problems: list[Problem] = []
     warnings: list[str] = []
     # surrogateescape: undecodable bytes in the environment must not crash the size check
@@ -165,6 +282,9 @@ def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
     if size > MAX_OPTIONS_BYTES:
         problems.append(Problem("$", f"is {size} bytes long; msprof accepts at most "
                                      f"{MAX_OPTIONS_BYTES} bytes"))
+    deep = _depth_problem(text)
+    if deep is not None:
+        return Outcome(None, tuple(_sorted([*problems, deep])), (), source)
     try:
         options = _parse(text, warnings)
     except json.JSONDecodeError as exc:
@@ -174,13 +294,18 @@ def load(text: str, composed: Composed, source: str = "PROFILING_OPTIONS",
     except _NotJson as exc:
         problems.append(Problem("$", f"invalid JSON: {exc}", text, True))
         return Outcome(None, tuple(problems), tuple(warnings), source)
+    unusable = list(_value_problems(options))
+    problems.extend(unusable)
     if not isinstance(options, dict):
         problems.append(Problem("$", f"must be a JSON object {{...}}, not {_json_type(options)}",
                                 options, True))
-        return Outcome(None, tuple(problems), tuple(warnings), source)
+        return Outcome(None, tuple(_sorted(problems)), tuple(warnings), source)
 
     validator = jsonschema.Draft202012Validator(composed.schema)
-    problems.extend(_schema_problems(list(validator.iter_errors(options)), composed.schema, options))
+    flagged = {p.path for p in unusable}  # the schema's words about these values are noise
+    problems.extend(p for p in _schema_problems(list(validator.iter_errors(options)),
+                                                composed.schema, options)
+                    if not _under(p.path, flagged) or p.message.startswith("unknown option key"))
     bad_keys = {p.path for p in problems}
     storage_mb = None
     if "storage_limit" in options and "$.storage_limit" not in bad_keys:
@@ -408,17 +533,30 @@ def _output_problems(output: str, cwd: str | None) -> list[Problem]:
 
     Permission bits alone cannot tell (root passes os.access everywhere; /proc and /sys
     refuse new entries whatever the bits say), so a throw-away directory is created and
-    removed in the nearest existing ancestor: exactly what creating PROF_* needs.
+    removed in the nearest existing ancestor: exactly what creating PROF_* needs.  Name and
+    path lengths are checked against that ancestor's file system first: ENAMETOOLONG would
+    otherwise come only when the first iteration ends.
     """
-    path = Path(cwd or os.getcwd(), os.path.expanduser(output))  # "~/x": the home folder's x
+    path = Path(os.path.normpath(os.path.join(cwd or os.getcwd(), os.path.expanduser(output))))  # ~/x
     probe = path
-    while not probe.exists():  # nearest existing ancestor decides creatability
-        if probe.is_symlink():
-            return [Problem("$.output", f"cannot be created: '{probe}' is a broken symbolic link",
-                            output, True)]
+    while True:  # nearest existing ancestor decides creatability
+        try:
+            os.stat(probe)
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            if probe.is_symlink():
+                return [Problem("$.output", f"cannot be created: '{probe}' is a broken symbolic "
+                                            "link", output, True)]
+        except OSError as exc:
+            if exc.errno != errno.ENAMETOOLONG:  # EACCES on a folder above, ELOOP, ...
+                return [Problem("$.output", f"cannot be checked: '{probe}' "
+                                            f"({exc.strerror or type(exc).__name__})", output, True)]
         if probe.parent == probe:
             break
         probe = probe.parent
+    too_long = _length_problems(path, probe, output)
+    if too_long:
+        return too_long
     if not probe.is_dir():
         what = "is a file, not a directory" if probe == path else (
             f"cannot be created: '{probe}' is a file, not a directory")
@@ -430,3 +568,37 @@ def _output_problems(output: str, cwd: str | None) -> list[Problem]:
         return [Problem("$.output", f"is not writable: cannot create a directory in '{probe}' "
                                     f"({reason})", output, True)]
     return []
+
+
+def _pathconf(where: Path, name: str, fallback: int) -> int:
+    try:
+        return os.pathconf(where, name)
+    except (OSError, ValueError):
+        return fallback
+
+
+def _length_problems(path: Path, ancestor: Path, output: str) -> list[Problem]:
+    """Folder names over NAME_MAX and a path over PATH_MAX (less what jobprof adds inside)."""
+    name_max = _pathconf(ancestor, "PC_NAME_MAX", 255)
+    path_max = _pathconf(ancestor, "PC_PATH_MAX", 4096)
+    where = f"(os.pathconf of '{_shown_path(ancestor)}')"
+    out = []
+    for part in path.relative_to(ancestor).parts:  # the ancestor's own names exist already
+        size = len(os.fsencode(part))
+        if size > name_max:
+            out.append(Problem("$.output", f"has a folder name of {size} bytes ({part[:20]}...), "
+                                           f"longer than NAME_MAX {name_max} {where}",
+                               output, True))
+            break
+    size = len(os.fsencode(str(path)))
+    if size + PROF_PATH_RESERVE >= path_max:
+        out.append(Problem("$.output", f"is {size} bytes long as an absolute path; with what "
+                                       f"jobprof creates inside it (up to {PROF_PATH_RESERVE} "
+                                       f"bytes) that is longer than PATH_MAX {path_max} {where}",
+                           output, True))
+    return out
+
+
+def _shown_path(path: Path) -> str:
+    text = str(path)
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-57:]}"

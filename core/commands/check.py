@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 from tabulate import tabulate
 
@@ -20,7 +21,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from jobprof import bootstrap, options  # jsonschema: a second of start-up the other commands skip
+    from jobprof.reporter import escape
 
+    # problem lines are escaped already; a terminal that takes ASCII only gets the rest
+    # (a non-ASCII key, say) as backslash escapes instead of a UnicodeEncodeError
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     manager, _ = new_manager()
     text = args.options
     if text is not None and not text.strip():
@@ -58,5 +65,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{outcome.source}: valid")
     print(tabulate(rows, headers=["key", "value", "from", "collected by"]))
     for note in notes:
-        print(f"note: {note}")
+        print(f"note: {escape(note)}")
     return 0
