@@ -217,7 +217,8 @@ def _parse(text: str, warnings: list[str]) -> Any:
         seen: dict[str, Any] = {}
         for key, value in items:
             if key in seen:
-                warnings.append(f"option {key!r} is given more than once; the last value is used")
+                shown = repr(key if len(key) <= 80 else f"{key[:77]}...")  # keys may be any length
+                warnings.append(f"option {shown} is given more than once; the last value is used")
             seen[key] = value
         return seen
 

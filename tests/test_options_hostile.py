@@ -162,6 +162,8 @@ HOSTILE: list[Hostile] = [
     Hostile("duplicate-key-last-bad", '{"l2": "on", "l2": 1}', "$.l2", "must be a string"),
     Hostile("duplicate-ansi-key", '{"\\u001b[1m": 1, "\\u001b[1m": 2}', "$.\\u001b[1m",
             "unknown option key"),
+    Hostile("duplicate-long-key", '{"%s": 1, "%s": 2}' % (("\\u001b" + "d" * 3000,) * 2),
+            "$." + ("\\u001b" + "d" * 100)[:91] + "...", "unknown option key"),
     Hostile("nan-in-array", '{"l2": [NaN]}', "$", "NaN is not a JSON value"),
     Hostile("nul-text", "\x00", "$", "invalid JSON"),
     Hostile("only-ansi", "\x1b[31m", "$", "invalid JSON"),
