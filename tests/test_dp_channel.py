@@ -276,6 +276,7 @@ def collector():
     # the loader the worker belongs to: two workers, registered as the iterator would
     collector._seeds[SEED] = 0
     collector.names[0] = {"dataset": "Fake", "workers": 2}
+    collector._workers[0] = 2
     yield collector
     collector.uninstall()
 

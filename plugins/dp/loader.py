@@ -57,6 +57,7 @@ class LoaderCollector:
         self._batches: deque[tuple] = deque()  # appended by the loop's thread(s)
         self._fetches: list[fetch.WorkerFetch] = []  # appended by the receiver thread
         self._worker_pids: set[int] = set()  # every worker our iterators started
+        self._workers: dict[int, int] = {}  # loader index -> most workers any of its iterators had
         self._receiver: Receiver | None = None
         self._lock = threading.Lock()
         self._restore: list[tuple[Any, str, Any]] = []
@@ -148,6 +149,9 @@ class LoaderCollector:
             seed = getattr(it, "_base_seed", None)
             if seed is not None:
                 self._seeds[seed] = index
+            workers = getattr(it, "_num_workers", 0)
+            if isinstance(workers, int) and workers > self._workers.get(index, 0):
+                self._workers[index] = workers  # num_workers may be changed between epochs
             for worker in getattr(it, "_workers", None) or ():  # started by the original __init__
                 pid = getattr(worker, "pid", None)
                 if isinstance(pid, int) and len(self._worker_pids) < MAX_PENDING:
@@ -203,8 +207,7 @@ class LoaderCollector:
             records.append(record)
         for f in mine:
             loader = self._seeds.get(f.base_seed, -1)
-            workers = self.names.get(loader, {}).get("workers")
-            if workers and f.worker >= workers:  # the loader has no such worker
+            if f.worker >= self._workers.get(loader, fetch.MAX_WORKERS):  # the loader has no such worker
                 self.invalid += 1
                 continue
             used[loader] += 1
