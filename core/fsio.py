@@ -203,17 +203,17 @@ def open_append(path: Path, root: Path | None = None) -> int:
     return out
 
 
-def check_output(path: Path | str, what: str = "-o") -> Path:
+def check_output(path: Path | str, what: str = "-o", parents: bool = False) -> Path:
     """Check a command's output target before the work: ``-`` (standard output), an absent
-    name or a regular file pass; anything else raises :class:`UnsafePath`, a missing folder
-    ``FileNotFoundError``, both naming the path."""
+    name or a regular file pass; anything else raises :class:`UnsafePath` naming the path, and
+    so does a missing folder unless ``parents`` (the command will make it)."""
     path = Path(path)
     if str(path) == STDOUT:
         return path
     mode = _lmode(path)
     if mode is not None and not stat.S_ISREG(mode):
         raise UnsafePath(path, describe(mode), errno.EEXIST)
-    if mode is None and not path.parent.is_dir():
+    if mode is None and not parents and not path.parent.is_dir():
         raise UnsafePath(path.parent, "missing", errno.ENOENT,
                          f"{path.parent} does not exist (the folder for {what} {path})")
     return path

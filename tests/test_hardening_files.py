@@ -150,6 +150,13 @@ def test_output_regular_file_is_replaced_atomically(profile: Path, tmp_path: Pat
     assert target.read_text() != "old" and stat.S_ISREG(target.lstat().st_mode)
 
 
+def test_merge_makes_a_missing_output_folder(profile: Path, tmp_path: Path) -> None:
+    target = tmp_path / "new" / "sub" / "m.json"
+    proc = jobprof_cli("merge", str(profile), "-o", str(target))
+    assert proc.returncode == 0 and json.loads(target.read_text())["traceEvents"], proc.stderr
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) & ~0o750 == 0
+
+
 @pytest.mark.parametrize("command", ["report", "merge"])
 @pytest.mark.parametrize("where", ["/proc/jobprof-out.json", "/proc/jobprof-missing/out.json"])
 def test_output_where_nothing_can_be_written(profile: Path, command: str, where: str) -> None:

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:  # before the work: a link, FIFO, device or folder at -o is refused, never replaced
         if args.output is not None:
-            fsio.check_output(args.output)
+            fsio.check_output(args.output, parents=True)  # merge makes a missing folder
     except fsio.CannotWrite as exc:
         print(f"jobprof: error: {exc}", file=sys.stderr)
         return 2
