@@ -9,6 +9,11 @@ from jobprof import rawstore
 from jobprof.storage import MB, RESERVE, StorageBudget
 
 
+def it(index: int) -> dict:
+    """An iteration record as the core writes it (readers drop lines without one)."""
+    return {"index": index, "start_ns": index * 10, "end_ns": index * 10 + 5, "method": "explicit"}
+
+
 class Device:
     """A device folder written the way the sink writes it: raw lines plus exported files."""
 
@@ -21,7 +26,7 @@ class Device:
         self.unit = 0
 
     def iteration(self, index: int, size: int) -> None:
-        where = self.raw.append(index, {"iteration": [{"index": index}], "blob": ["x" * size]})
+        where = self.raw.append(index, {"iteration": [it(index)], "blob": ["x" * size]})
         if where.new_segment:
             self.unit = index
         self.budget.account(self.unit, where.segment, where.offset + where.length)
@@ -91,8 +96,8 @@ def test_default_budget_is_a_share_of_the_free_disk(tmp_path):
 def test_raw_reader_skips_a_torn_last_line(tmp_path):
     (tmp_path / "data").mkdir()
     writer = rawstore.RawWriter(tmp_path)
-    writer.append(1, {"iteration": [{"index": 1}]})
-    writer.append(2, {"iteration": [{"index": 2}]})
+    writer.append(1, {"iteration": [it(1)]})
+    writer.append(2, {"iteration": [it(2)]})
     writer.close()
     with open(rawstore.segments(tmp_path)[0], "ab") as handle:
         handle.write(b'{"index":3,"streams":{"iterat')  # a power loss mid-line
