@@ -359,6 +359,23 @@ def test_odd_paths(case: str, command: str, prof: Path, base: Path, tmp_path: Pa
     assert not err.strip() or "warning" not in err, err
 
 
+def test_diff_error_shows_no_python_repr(prof: Path, base: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Finding 9: diff's "no iterations" error printed the selection as a Python dict."""
+    code, _, err = run_cli(["diff", str(prof), str(base), "--rank", "7", "--iterations", "2-3"], capsys)
+    assert code == 1 and "no iterations recorded for iterations 2-3, ranks 7" in err, err
+    assert "{" not in err and "None" not in err, err
+
+
+def test_control_characters_from_a_file_are_escaped(prof: Path, base: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """What a problem message quotes from a file someone else wrote cannot drive the terminal."""
+    _line('{"index":"\\u001b]0;owned\\u0007\\u001b[2J","streams":{}}')(prof)
+    _edit_json("info.json.0", lambda i: i.update(hostname=["\x1b[2J"]))(prof)
+    for command in READS_RAW:
+        code, _, err = run_cli(argv(command, prof, base, tmp_path), capsys)
+        assert code == 0 and "\x1b" not in err and "\\u001b]0;owned" in err, (command, err)
+
+
 # -- the safety net and real processes -----------------------------------------------------------
 
 def test_internal_error_is_one_line(prof: Path, capsys: pytest.CaptureFixture[str],
