@@ -12,7 +12,7 @@ from typing import Any
 from jobprof.breakdown import LABELS
 from jobprof.profdir import iteration_files
 from jobprof.profile import Profile
-from jobprof.selection import ranges
+from jobprof.selection import OPEN, ranges
 from jobprof.timeline import NAME as MASTER
 from jobprof.types import Finding, Section
 
@@ -143,14 +143,49 @@ def rank(own: Iterable[Finding], sections: Iterable[Section]) -> list[Finding]:
     return sorted(every, key=lambda f: -f.weight)
 
 
-def _runs(value: Any) -> set[int]:
-    """Iterations in an info.json list of ``[first, last]`` runs; anything malformed is skipped."""
-    out: set[int] = set()
-    for run in value if isinstance(value, list) else ():
-        if (isinstance(run, list) and len(run) == 2 and all(type(n) is int for n in run)
-                and 1 <= run[0] <= run[1] and run[1] - run[0] < 1 << 24):
-            out.update(range(run[0], run[1] + 1))
+Run = tuple[int, int]
+
+
+def _merged(runs: Iterable[Run]) -> list[Run]:
+    """Inclusive runs sorted, overlapping and adjacent ones joined (never expanded to numbers:
+    a stray index of 2**62 must not cost memory)."""
+    out: list[Run] = []
+    for first, last in sorted(runs):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
     return out
+
+
+def _minus(runs: list[Run], cut: list[Run]) -> list[Run]:
+    out = []
+    for first, last in runs:
+        for a, b in cut:
+            if b < first or a > last:
+                continue
+            if a > first:
+                out.append((first, a - 1))
+            first = b + 1
+            if first > last:
+                break
+        if first <= last:
+            out.append((first, last))
+    return out
+
+
+def _text(runs: list[Run]) -> str:
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def _recorded(value: Any, low: int, high: int) -> list[Run]:
+    """An info.json list of ``[first, last]`` runs, within ``[low, high]``; malformed ones skipped."""
+    runs = []
+    for run in value if isinstance(value, list) else ():
+        if isinstance(run, list) and len(run) == 2 and all(type(n) is int for n in run) \
+                and 1 <= run[0] <= run[1] and run[1] >= low and run[0] <= high:
+            runs.append((max(run[0], low), min(run[1], high)))
+    return _merged(runs)
 
 
 def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
@@ -163,22 +198,21 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     """
     info = profile.info(r["device"])
     job = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
-    keep = profile.selection.has_iteration
+    low, high = profile.selection.iterations or (1, OPEN)
     notes = []
-    aged = {i for i in _runs(job.get("aged")) if keep(i)}
-    low = profile.selection.iterations[0] if profile.selection.iterations else 1
-    absent = set(range(low, indices[0])) if indices else set()
-    absent |= {n for a, b in itertools.pairwise(indices) for n in range(a + 1, b)}
+    aged = _recorded(job.get("aged"), low, high)
+    absent = [(low, indices[0] - 1)] if indices and indices[0] > low else []
+    absent += [(a + 1, b - 1) for a, b in itertools.pairwise(indices) if b > a + 1]
+    lost = _minus(_merged(absent), aged)
     if aged:
-        notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(aged))} were deleted by storage "
-                     "ageing (storage_limit, or under 20 MB free disk)")
-    if absent - aged:
-        notes.append(f"rank {r['rank']}: no raw data for iteration(s) {', '.join(ranges(absent - aged))} "
+        notes.append(f"rank {r['rank']}: iteration(s) {_text(aged)} were deleted by storage ageing "
+                     "(storage_limit, or under 20 MB free disk)")
+    if lost:
+        notes.append(f"rank {r['rank']}: no raw data for iteration(s) {_text(lost)} "
                      "(aged out by storage_limit, or lost in a crash)")
-    stored = set(indices)
     rendered = {f.iteration for f in iteration_files(profile.folder(r["device"]), "timeline", MASTER)}
     # from the disk, not from info.json's list: `jobprof export` may have rendered them since
-    unrendered = stored - rendered
+    unrendered = set(indices) - rendered
     if unrendered:
         notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(unrendered))} have raw data but "
                      f"were not rendered (no timeline file): run `jobprof export {profile.path}`")

@@ -21,7 +21,6 @@ import attrs
 from jobprof import breakdown, findings, rawstore
 from jobprof.manager import PluginManager
 from jobprof.profile import Profile
-from jobprof.selection import ranges
 from jobprof.stats import describe
 from jobprof.types import NA, Iteration, Section
 
@@ -60,8 +59,10 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
 
 
 def _gaps(indices: list[int]) -> list[str]:
-    """Gaps in a rank's (sorted) iteration numbers, as ``"5-9"`` ranges."""
-    return ranges(n for a, b in itertools.pairwise(indices) for n in range(a + 1, b))
+    """Gaps in a rank's iteration numbers, as ``"5-9"`` ranges (computed from the ends, never
+    expanded: a raw line's index of 2**62 must not cost memory)."""
+    return [f"{a + 1}-{b - 1}" if b > a + 2 else str(a + 1)
+            for a, b in itertools.pairwise(sorted(set(indices))) if b > a + 1]
 
 
 def _rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -376,3 +376,27 @@ def test_unfinished_rank_with_nothing_selected_says_so_honestly(runner: Runner) 
         in model["missing"], model["missing"]
     whole = summary_json(device.parent)["missing"]
     assert "rank 0: no end_info (the job did not finish); its raw data ends at iteration 4" in whole, whole
+    # a raw line with a huge index (a valid int64): gaps and Missing are named from the run ends,
+    # never expanded one number at a time (under a 4 GB address-space cap, as a check)
+    segment = rawstore.segments(device)[-1]
+    last = segment.read_bytes().splitlines()[-1]
+    far = 2**62
+    with open(segment, "ab") as handle:
+        handle.write(re.sub(rb'^\{"index":\d+', b'{"index":%d' % far, last) + b"\n")
+    proc = subprocess.run([str(Path(sys.executable).with_name("jobprof")), "summary", "--json",
+                           str(device.parent)], env=clean_env(), capture_output=True, text=True,
+                          timeout=120, preexec_fn=address_space(4 << 30))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    model = json.loads(proc.stdout)
+    assert model["ranks"][0]["iterations"]["gaps"] == [f"5-{far - 1}"]
+    assert f"rank 0: no raw data for iteration(s) 5-{far - 1} (aged out by storage_limit, or lost in " \
+           "a crash)" in model["missing"], model["missing"]
+    assert any(f"iteration(s) {far} have raw data but were not rendered" in m for m in model["missing"])
+
+
+def address_space(size: int):
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    return limit
