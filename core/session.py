@@ -219,6 +219,7 @@ class Session:
             if self.state not in ("collecting", "stopped") or os.getpid() != self.pid:
                 return
             self._finishing = True
+            self._own_sigterm()
             try:
                 self._finish(reason)
             finally:
@@ -384,6 +385,19 @@ class Session:
             self._previous_sigterm = signal.getsignal(signal.SIGTERM)
             signal.signal(signal.SIGTERM, self._on_sigterm)
         except (ValueError, OSError):
+            pass
+
+    def _own_sigterm(self) -> None:
+        """Handle SIGTERM ourselves while finishing, even when the program installed its own
+        handler after ours (it then never calls ours): theirs runs after, as it would have."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            current = signal.getsignal(signal.SIGTERM)
+            if current != self._on_sigterm:
+                self._previous_sigterm = current
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError, TypeError):
             pass
 
     def _on_sigterm(self, signum: int, frame: Any) -> None:

@@ -31,7 +31,9 @@ ITERATIONS = 120
 
 #: after the loop, a daemon thread (alive while atexit handlers run) sends SIGTERM to its own
 #: process ``delay`` seconds after the loop ended; ``exit7``: the program's own SIGTERM handler
-#: (installed before torch, so jobprof chains it) ends the process with status 7
+#: (installed before torch, so jobprof chains it) ends the process with status 7; ``late7``: the
+#: same handler installed after torch (it replaces jobprof's; jobprof takes SIGTERM back while it
+#: finishes and calls it after)
 SELF_KILL = f"""
 import os, signal, sys, threading, time
 sys.path.insert(0, {str(REPO / "tests")!r})
@@ -39,6 +41,8 @@ n, delay, disposition = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 if disposition == "exit7":
     signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(7))
 import loops
+if disposition == "late7":  # after torch: it replaces jobprof's handler, which never runs
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(7))
 loops.optimizer_loop(n)
 print(f"loop done {{time.monotonic()}}", flush=True)
 
@@ -100,7 +104,7 @@ def export_window(tmp_path_factory: pytest.TempPathFactory) -> float:
 # points spread over the export (share of its measured length); a point past its end is
 # allowed to miss (the process is gone, as an unprofiled one would be: exit 0)
 POINTS = [(0.0, "default"), (0.1, "default"), (0.3, "default"), (0.55, "default"), (0.8, "default"),
-          (0.2, "exit7"), (0.6, "exit7")]
+          (0.2, "exit7"), (0.6, "exit7"), (0.15, "late7")]
 
 
 @pytest.mark.slow
@@ -116,7 +120,7 @@ def test_sigterm_during_the_exit_time_export_names_every_unrendered_iteration(
     if run.killed is None:  # the export ended first: the process exited as an unprofiled one
         assert run.rc == 0 and job["end_reason"] == "exit", run.stderr
     else:
-        assert run.rc == (7 if disposition == "exit7" else -signal.SIGTERM), run.stderr
+        assert run.rc == (-signal.SIGTERM if disposition == "default" else 7), run.stderr
         assert job["end_reason"].startswith("SIGTERM"), job["end_reason"]
         # prompt: a scheduler's grace period is short; jobprof renders SIGTERM_RENDER_S more, then stops
         assert run.ended - run.killed < sink.SIGTERM_RENDER_S + 3, run.ended - run.killed
