@@ -18,8 +18,7 @@ _INPUTS = ("prof_dir", "prof_dirs", "prof_a", "prof_b")
 def printable(text: str) -> str:
     """``text`` with control characters escaped: file names and contents of a profile someone
     else wrote must not act on the terminal."""
-    return "".join(c if c.isprintable() or c == "\n" else f"\\x{ord(c):02x}" if ord(c) < 0x100
-                   else f"\\u{ord(c):04x}" for c in text)
+    return "\n".join(rawstore.escaped(line) for line in text.split("\n"))
 
 
 def _inputs(args: argparse.Namespace) -> str:

@@ -393,9 +393,20 @@ INFO_JOBPROF_FIELDS = {"options": ((dict,), False), "explicit": ((Strings,), Fal
                        "world_size": ((int, str), False), "backend": ((str,), False)}
 
 
+def escaped(text: str) -> str:
+    """``text`` with control characters as ``\\xNN`` / ``\\uNNNN`` escapes."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in text)
+
+
 def read_info(path: Path) -> dict[str, Any] | None:
-    """A device's info.json (see :func:`read_object`), its ``jobprof`` section checked too."""
+    """A device's info.json (see :func:`read_object`), its ``jobprof`` section checked too;
+    the names commands print (hostname, pid_name) never carry a control character to a terminal."""
     info = read_object(path, INFO_FIELDS)
+    for name in ("hostname", "pid_name"):
+        if info is not None and isinstance(info.get(name), str) and not info[name].isprintable():
+            info[name] = escaped(info[name])
+            problem(f"{path}: field {name} holds control characters: shown escaped ({info[name][:60]})")
     if info is not None and "jobprof" in info:
         own = dict(info["jobprof"])
         for name, spec in INFO_JOBPROF_FIELDS.items():

@@ -154,6 +154,8 @@ CASES: dict[str, tuple[Callable[[Path], str], set[str]]] = {
     "info-explicit-not-strings": (_edit_json("info.json.0", _own(explicit=[{}], options={"x": 1})),
                                   READS_INFO),
     "info-options-not-object": (_edit_json("info.json.0", _own(options="on")), READS_INFO),
+    "info-hostname-escape": (_edit_json("info.json.0", lambda i: i.update(hostname="\x1b]0;x\x07\x1b[2J")),
+                             READS_INFO),
     "info-pid-huge": (_edit_json("info.json.0", lambda i: i.update(pid="9" * 40)), READS_INFO),
     "start-wrong-types": (_edit_json("start_info.0", lambda s: s.update(clockMonotonic={})), READS_START),
     "start-begin-list": (_edit_json("start_info.0", lambda s: s.update(collectionTimeBegin=[])), READS_START),
@@ -251,6 +253,7 @@ def test_one_broken_file(case: str, command: str, prof: Path, base: Path, tmp_pa
     assert code == 0, f"exit {code}\nstdout:\n{stdout}\nstderr:\n{err}"
     if command == "summary":
         assert "device_1" not in err and re.search(r"^\s*1\s+1\s", stdout, re.M), stdout
+    assert "\x1b" not in stdout + err  # nothing read from a file drives the terminal
 
 
 def _no_devices(prof: Path) -> Path:
