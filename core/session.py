@@ -394,7 +394,7 @@ class Session:
             return
         try:
             current = signal.getsignal(signal.SIGTERM)
-            if current != self._on_sigterm:
+            if current is not None and current != self._on_sigterm:  # None: set in C, leave it
                 self._previous_sigterm = current
                 signal.signal(signal.SIGTERM, self._on_sigterm)
         except (ValueError, OSError, TypeError):
