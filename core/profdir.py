@@ -50,10 +50,6 @@ ITERATION_FILE_RE = re.compile(
 FOLDER_EXT = {"timeline": "json", "summary": "csv"}
 
 
-#: the index claims of this process (sockets held until it exits; see the module docstring)
-_CLAIMS: list[socket.socket] = []
-
-
 def _used_indices(output: str) -> set[int]:
     try:
         return {int(m.group(1)) for n in os.listdir(output) if (m := PROF_RE.match(n))}
@@ -61,11 +57,12 @@ def _used_indices(output: str) -> set[int]:
         return set()
 
 
-def _claim_index(output: str) -> int:
-    """The next index no PROF_ folder of ``output`` has and no live naming process holds."""
+def _claim_index(output: str) -> tuple[int, socket.socket | None]:
+    """The next index no PROF_ folder of ``output`` has and no live naming process holds, with
+    the socket that holds it (keep it open for the life of the process; None: no claim)."""
     index = max(_used_indices(output), default=0) + 1
     if not sys.platform.startswith("linux"):
-        return index
+        return index, None
     key = hashlib.sha256(os.fsencode(output)).hexdigest()[:16]
     for _ in range(10000):
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -80,9 +77,8 @@ def _claim_index(output: str) -> int:
             sock.close()
             index = max(used) + 1
             continue
-        _CLAIMS.append(sock)
-        return index
-    return index
+        return index, sock
+    return index, None
 
 
 def inherited_problem(inherited: str, output: str) -> str | None:
@@ -101,8 +97,9 @@ def inherited_problem(inherited: str, output: str) -> str | None:
 
 
 def job_dir(output: str, environ: dict | os._Environ = os.environ,
-            warn: Callable[[str], None] | None = None) -> Path:
-    """This job's PROF_ path, named now (and inherited by child processes), created later.
+            warn: Callable[[str], None] | None = None) -> tuple[Path, socket.socket | None]:
+    """This job's PROF_ path, named now (and inherited by child processes), created later, and
+    the claim on its index that the naming process holds while it lives (None when inherited).
 
     A ``JOBPROF_JOB_DIR`` that :func:`inherited_problem` refuses is replaced (for children too)
     and named in one ``warn`` (default: the process's reporter)."""
@@ -110,18 +107,18 @@ def job_dir(output: str, environ: dict | os._Environ = os.environ,
     if inherited:
         problem = inherited_problem(inherited, output)
         if problem is None:
-            return Path(inherited)
+            return Path(inherited), None
         if warn is None:
             from jobprof.reporter import REPORTER
 
             warn = REPORTER.warning
         warn(f"{JOB_ENV}={inherited!r} ignored: it {problem}; this job gets a PROF_ folder of its own")
-    index = _claim_index(output)
+    index, claim = _claim_index(output)
     stamp = dt.datetime.now().strftime("%Y%m%d%H%M%S%f")[:17]
     suffix = "".join(random.choices(string.ascii_uppercase, k=16))
     path = Path(output, f"PROF_{index:06d}_{stamp}_{suffix}")
     environ[JOB_ENV] = str(path)
-    return path
+    return path, claim
 
 
 def preferred_device_id(torch: Any) -> tuple[int, str]:

@@ -44,7 +44,8 @@ class Session:
         self.pid = os.getpid()
         self.anchor = ClockAnchor.now()
         named = os.environ.get(profdir.JOB_ENV)
-        self.job_dir = profdir.job_dir(config.output)
+        #: the index claim is held while the process lives (see jobprof.profdir)
+        self.job_dir, self._index_claim = profdir.job_dir(config.output, warn=reporter.warning)
         #: every timeline's ts is µs since this (jobprof.clock): the job's, inherited with its folder
         self.time_base_ns = clock.job_base(self.anchor, inherit=str(self.job_dir) == named)
         self.state = "waiting"
