@@ -174,7 +174,9 @@ def test_data_bound_loop(data_bound):
     long_waits = [r for r in nexts if ms(r["t1"] - r["t0"]) > 10]
     assert len(long_waits) >= len(nexts) // 2 - 1
     assert statistics.median(r["q0"] for r in long_waits) == 0
-    assert max(waits) <= 40 + TOLERANCE_MS
+    # never longer than one batch takes to fetch, as its worker measured it (both stretch
+    # alike when the 2-vCPU machine is loaded; 53.5 ms against a fixed 52 ms bound failed once)
+    assert max(waits) <= max(ms(r["t1"] - r["t0"]) for r in fetches) + TOLERANCE_MS
 
 
 def test_compute_bound_loop_has_batches_buffered(compute_bound):
