@@ -138,9 +138,12 @@ def make_dirs(folder: Path, root: Path | None = None) -> Path:
         return folder
     missing = []
     probe = Path(folder)
-    while not probe.is_dir():
-        if probe.is_symlink() or probe.exists():
-            raise UnsafePath(probe, describe(_lmode(probe) or 0), errno.ENOTDIR)
+    # one lstat per level: a folder another process makes meanwhile (the ranks of a job make
+    # the output folder at the same moment) then shows up as FileExistsError below, never as
+    # "exists but is no folder" between two separate looks
+    while (mode := _lmode(probe)) is None or not (stat.S_ISDIR(mode) or probe.is_dir()):
+        if mode is not None:  # a file, a FIFO, a link to no folder: not ours to replace
+            raise UnsafePath(probe, describe(mode), errno.ENOTDIR)
         missing.append(probe)
         if probe.parent == probe:
             break

@@ -366,3 +366,29 @@ def test_three_jobs_started_together_get_three_indices(runner: Runner) -> None:
     # and a fourth, later job counts on
     runner.run(JOB, {})
     assert sorted(int(p.name.split("_")[1]) for p in runner.prof_dirs()) == [1, 2, 3, 4]
+
+
+_RACE = """
+import sys
+from pathlib import Path
+from jobprof import fsio
+base, start = Path(sys.argv[1]), float(sys.argv[2])
+import time
+while time.time() < start:
+    pass
+for i in range(300):
+    fsio.make_dirs(base / f"job{i}" / "prof" / "PROF_x")
+"""
+
+
+def test_processes_making_one_folder_together_never_fail(tmp_path: Path) -> None:
+    # the ranks of a job create the output folder at the same moment (their first iteration):
+    # a folder another process made between our look and our mkdir is a folder, not an attack
+    import time
+
+    start = str(time.time() + 1.5)
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE, str(tmp_path), start], stderr=subprocess.PIPE,
+                              text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(errors)
+    assert len(list(tmp_path.glob("job*/prof/PROF_x"))) == 300
