@@ -68,8 +68,8 @@ def _available() -> set[str]:
 
 def _raw_records(prof: Path) -> dict[str, int]:
     """Raw records per stream over every device: what summary and report read."""
-    from jobprof import rawstore
-    from jobprof.export import device_dirs
+    from jobprof.files import rawstore
+    from jobprof.files.export import device_dirs
 
     counts: dict[str, int] = {}
     for device in device_dirs(prof):
@@ -121,7 +121,7 @@ _MEASURED = ("import atexit, sys\n"
              "        if line.startswith('VmHWM:'):\n"
              "            sys.stderr.write('jobprof-bench-vmhwm-kb %s\\n' % line.split()[1])\n"
              "atexit.register(hwm)\n"
-             "from jobprof.cli import main\n"
+             "from jobprof.cli.main import main\n"
              "sys.argv[0] = 'jobprof'\n"
              "sys.exit(main(sys.argv[1:]))\n")
 
@@ -238,7 +238,7 @@ def notes(result: dict[str, Any]) -> list[str]:
 def hotspots(prof: Path, top: int = 15) -> str:
     """cProfile of ``jobprof summary --json`` in this process: the functions with the most own time
     and the jobprof functions with the most cumulative time."""
-    from jobprof.cli import main
+    from jobprof.cli.main import main
 
     profiler = cProfile.Profile()
     sink = io.StringIO()

@@ -4,7 +4,7 @@ A real profile is made first: bench/_optier_job.py (examples/train_mlp.py's mode
 profiled with ``training_trace`` and ``task_trace`` on for N iterations (and, when an installed
 plugin answers the ``PipeUtilization`` metric group, once more with ``aic_metrics`` set).  Then
 a child process pinned to one CPU (``os.sched_setaffinity``) re-renders it the way ``jobprof
-export PROF_DIR`` does (``jobprof.export``: the recorded options choose the writers, every
+export PROF_DIR`` does (``jobprof.files.export``: the recorded options choose the writers, every
 writer renders every iteration, the master timeline included), and times each writer's
 ``render`` call, apart from reading the raw data and writing the files.
 
@@ -43,8 +43,8 @@ SHARED = "optree.view (shared)"
 
 def metric_group_available(name: str = METRIC_GROUP) -> str | None:
     """The plugin answering the metric group, or None (as ``jobprof export`` would find it)."""
-    from jobprof.manager import PluginManager
-    from jobprof.reporter import Reporter
+    from jobprof.plugin.manager import PluginManager
+    from jobprof.plugin.reporter import Reporter
 
     manager = PluginManager(Reporter())
     manager.load_entry_points()
@@ -55,9 +55,10 @@ def metric_group_available(name: str = METRIC_GROUP) -> str | None:
 # -- the pinned child ---------------------------------------------------------------------------
 
 def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) -> dict[str, Any]:
-    from jobprof import optree, rawstore
-    from jobprof.fsio import atomic_write
-    from jobprof.types import ExportContext, Iteration
+    from jobprof.files import rawstore
+    from jobprof.files.fsio import atomic_write
+    from jobprof.ops import optree
+    from jobprof.plugin.types import ExportContext, Iteration
 
     wall: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
@@ -102,9 +103,9 @@ def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) ->
 
 
 def measure(device_dir: Path, cpu: int | None, passes: int) -> dict[str, Any]:
-    from jobprof import export
-    from jobprof.manager import PluginManager
-    from jobprof.reporter import Reporter
+    from jobprof.files import export
+    from jobprof.plugin.manager import PluginManager
+    from jobprof.plugin.reporter import Reporter
 
     cpu = max(os.sched_getaffinity(0)) if cpu is None else cpu
     os.sched_setaffinity(0, {cpu})  # one core: the figure is per core

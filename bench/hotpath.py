@@ -26,7 +26,7 @@ WARMUP_STEPS = 10
 # Runs inside the profiled child: wrap the callbacks, run the example, print the timings.
 _CHILD = r"""
 import atexit, json, runpy, sys, threading, time
-from jobprof import session as S, steps as D
+from jobprof.runtime import session as S, steps as D
 timings = {}
 
 def wrap(owner, name):

@@ -44,7 +44,8 @@ def _measure(calls: int, repeats: int) -> dict[str, list[float]]:
     """Runs in the child: ns per call of each case, one figure per repeat."""
     import torch
 
-    from jobprof import _state, mstx
+    from jobprof import mstx
+    from jobprof.runtime import _state
 
     recorder = _state.SESSION.attached("msproftx") if _state.SESSION is not None else None
     drain = (lambda: recorder.take(1, 0, time.monotonic_ns())) if recorder is not None else (lambda: None)

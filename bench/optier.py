@@ -81,7 +81,8 @@ def _arm_setup(name: str, out: Path) -> tuple[dict[str, str], list[str]]:
 def jobprof_proof(output: Path, shapes: bool) -> dict[str, Any]:
     """What a jobprof arm recorded: iterations, those with operators, operator records, and
     whether the records carry shapes as the level says; plus the exporter's own figures."""
-    from jobprof import opcapture, rawstore
+    from jobprof.files import rawstore
+    from jobprof.ops import opcapture
 
     devices = sorted(output.glob("PROF_*/device_*"))
     iterations = with_ops = records = shaped = 0

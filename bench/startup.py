@@ -91,7 +91,7 @@ def _probe(farm: Path, env: Mapping[str, str]) -> bool:
 
 
 def _check_profiling_on(env: Mapping[str, str]) -> None:
-    code = ("import sys; s = sys.modules.get('jobprof._state'); "
+    code = ("import sys; s = sys.modules.get('jobprof.runtime._state'); "
             "print(s is not None and s.SESSION is not None)")
     out = timed_run([sys.executable, "-c", code], env)
     if out.stdout.strip() != "True" or out.stderr.strip():

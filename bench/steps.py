@@ -51,7 +51,7 @@ def _profiled_files(output: Path) -> dict[str, Any]:
     """What the profiled run wrote: proof that it really profiled."""
     prof_dirs = sorted(output.glob("PROF_*"))
     count = lambda pattern: len(list(output.glob(f"PROF_*/device_*/{pattern}")))  # noqa: E731
-    from jobprof import rawstore
+    from jobprof.files import rawstore
 
     raw = sum(1 for device in output.glob("PROF_*/device_*") for _ in rawstore.read(device))
     return {"prof_dirs": [p.name for p in prof_dirs],

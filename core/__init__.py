@@ -32,7 +32,7 @@ def step() -> None:
             train_one(batch)
             jobprof.step()
     """
-    from jobprof import _state
+    from jobprof.runtime import _state
 
     session = _state.SESSION
     if session is not None:

@@ -26,7 +26,7 @@ def run() -> None:
         if sys.argv and os.path.basename(sys.argv[0]) == "jobprof":
             return  # the CLI reads profiles; it is never a profiled job itself
         try:
-            from jobprof.bootstrap import start
+            from jobprof.runtime.bootstrap import start
 
             start()
         except Exception as exc:  # the job comes first, whatever went wrong in here

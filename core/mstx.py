@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof import _state
+from jobprof.runtime import _state
 
 if TYPE_CHECKING:
     from collections.abc import Callable

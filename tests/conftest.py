@@ -85,7 +85,7 @@ def read_csv(path: Path) -> list[dict[str, str]]:
 
 def raw(device_dir: Path) -> dict[int, dict[str, list]]:
     """Every iteration's raw streams on disk: ``{iteration: {stream: records}}``."""
-    from jobprof import rawstore
+    from jobprof.files import rawstore
 
     return dict(rawstore.read(device_dir))
 
@@ -97,7 +97,7 @@ def raw_iterations(device_dir: Path, stream: str = "iteration") -> list[int]:
 
 def ts_ns(value: float | str) -> int:
     """A timeline ``ts``/``dur`` in integer ns as Perfetto reads it (``llround(v * 1000)``),
-    asserting the value holds a whole ns (job-relative time, jobprof.clock)."""
+    asserting the value holds a whole ns (job-relative time, jobprof.plugin.clock)."""
     scaled = float(value) * 1000
     whole = round(scaled)
     assert abs(scaled - whole) < 1e-3, f"{value!r} us is not a whole ns"
@@ -148,10 +148,10 @@ def check_timeline(path: Path) -> list[dict]:
     return events
 
 
-def time_axis(device_dir: Path):  # -> jobprof.clock.TimeAxis
-    """The time rule the device's timelines were written with (jobprof.clock)."""
-    from jobprof.clock import TimeAxis
-    from jobprof.export import read_meta
+def time_axis(device_dir: Path):  # -> jobprof.plugin.clock.TimeAxis
+    """The time rule the device's timelines were written with (jobprof.plugin.clock)."""
+    from jobprof.files.export import read_meta
+    from jobprof.plugin.clock import TimeAxis
 
     meta = read_meta(device_dir)
     return TimeAxis(meta.anchor, meta.time_base_ns)

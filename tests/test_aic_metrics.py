@@ -216,8 +216,8 @@ def test_memory_access_shows_the_copy_volume(jobs):
 @pytest.fixture(scope="module")
 def exported(jobs, tmp_path_factory):
     """{group: device dir} exported offline from the PipeUtilization run's raw data."""
-    from jobprof import export
-    from jobprof.manager import PluginManager
+    from jobprof.files import export
+    from jobprof.plugin.manager import PluginManager
 
     source = jobs.device_dir("PipeUtilization").parent
     manager = PluginManager()
@@ -281,8 +281,8 @@ def test_no_metric_columns_without_aic_metrics(jobs):
 
 # -- (6) a third-party group -------------------------------------------------------------------
 INTENSITY = '''
-from jobprof.hookspec import hookimpl
-from jobprof.types import NA, MetricSet
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import NA, MetricSet
 
 GROUP = "Intensity"
 
@@ -337,8 +337,8 @@ def captured_tasks(fn) -> list:
 
     import torch
 
-    from jobprof import optree
-    from jobprof.opcapture import Detail, OpCapture
+    from jobprof.ops import optree
+    from jobprof.ops.opcapture import Detail, OpCapture
 
     warnings: list[str] = []
     capture = OpCapture(torch, Detail(shapes=True, flops=True), warnings.append)

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from jobprof.calibrate import calibrate
+from jobprof.ops.calibrate import calibrate
 
 torch = pytest.importorskip("torch")
 

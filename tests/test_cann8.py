@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, check_timeline, free_port, jobprof_cli, read_csv
-from jobprof import cann8
-from jobprof.merge import group_of
+from jobprof.analysis import cann8
+from jobprof.analysis.merge import group_of
 
 STEPS = 6
 #: contract section 2: <name>_<YYYYMMDDhhmmss>.csv|json, slices <name>_slice_<n>_<ts>.csv

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import clean_env, jobprof_cli
 from distributions import make_dist
-from jobprof import options
+from jobprof.plugin import options
 
 DEFAULT_SOURCE = "msprof default options (PROFILING_OPTIONS empty or unset)"
 
@@ -143,7 +143,7 @@ def test_output_on_read_only_filesystem(tmp_path: Path) -> None:
 
 
 DEMO_PLUGIN = """
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
 
 @hookimpl
 def jobprof_options_schema():

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Runner, jobprof_cli
-from jobprof import cli
+from jobprof.cli import main as cli
 
 OPTIONS = {"training_trace": "on", "task_trace": "on", "kineto_trace": "on"}
 STEPS = 4
@@ -385,13 +385,13 @@ def test_internal_error_is_one_line(prof: Path, capsys: pytest.CaptureFixture[st
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """An exception no reader expected (here: a bug planted in the summary) is one line naming
     the command and the profile, exit 1, not a traceback."""
-    from jobprof import summary
+    from jobprof.analysis import summary
 
     def broken(*_a: object, **_k: object) -> None:
         raise KeyError("start_ns")
 
     monkeypatch.setattr(summary, "summarize", broken)
-    monkeypatch.setattr("jobprof.commands.summary.summarize", broken)
+    monkeypatch.setattr("jobprof.cli.summary.summarize", broken)
     code, _, err = run_cli(["summary", str(prof)], capsys)
     assert code == 1
     assert err.strip() == (f"jobprof summary: internal error reading {prof}: KeyError: 'start_ns' "

@@ -20,9 +20,9 @@ import pytest
 
 from conftest import REPO, Runner, jobprof_cli, read_csv
 from distributions import make_dist
-from jobprof import rawstore
-from jobprof.clock import ClockAnchor
-from jobprof.types import STEP_MODE_MODEL_ID
+from jobprof.files import rawstore
+from jobprof.plugin.clock import ClockAnchor
+from jobprof.plugin.types import STEP_MODE_MODEL_ID
 
 try:
     import tomllib

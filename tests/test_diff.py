@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, free_port, jobprof_cli
-from jobprof import diff
-from jobprof.manager import PluginManager
-from jobprof.reporter import Reporter
-from jobprof.selection import Selection
+from jobprof.analysis import diff
+from jobprof.analysis.selection import Selection
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.reporter import Reporter
 
 ON = {"training_trace": "on", "task_trace": "on"}
 STEPS_A, STEPS_B = 16, 24

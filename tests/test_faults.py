@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Runner, clean_env, jobprof_cli, raw_iterations
-from jobprof import rawstore, sink, storage
-from jobprof.profdir import iteration_files
-from jobprof.selection import ranges
-from jobprof.storage import MB, StorageBudget
+from jobprof.analysis.selection import ranges
+from jobprof.files import rawstore
+from jobprof.files.profdir import iteration_files
+from jobprof.runtime import sink, storage
+from jobprof.runtime.storage import MB, StorageBudget
 
 #: the operator tier (task_trace) makes the exit-time export last long enough to hit
 OPERATORS = {"training_trace": "on", "task_trace": "on"}
@@ -187,7 +188,7 @@ def test_a_sigkilled_export_is_named_from_the_disk(runner: Runner) -> None:
 AGEING = f"""
 import sys
 sys.path.insert(0, {str(REPO / "tests")!r})
-from jobprof import storage
+from jobprof.runtime import storage
 storage.RESERVE = 200 * storage.MB - int(sys.argv[2])
 import loops
 loops.optimizer_loop(int(sys.argv[1]))
@@ -320,8 +321,8 @@ def test_a_full_disk_says_exactly_what_was_saved(runner: Runner, size: int) -> N
 def test_a_render_failure_with_all_raw_lines_saved_does_not_say_they_were_lost(tmp_path: Path) -> None:
     """The sink's message after an OSError while rendering (the disk refused the rendered file,
     not the raw line): every raw line is there, and the message says so."""
-    from jobprof import export
-    from jobprof.clock import ClockAnchor
+    from jobprof.files import export
+    from jobprof.plugin.clock import ClockAnchor
 
     for sub in ("data", "timeline", "summary"):
         (tmp_path / "device_0" / sub).mkdir(parents=True)
@@ -331,7 +332,7 @@ def test_a_render_failure_with_all_raw_lines_saved_does_not_say_they_were_lost(t
     (device / "summary").rmdir()
     (device / "summary").write_text("")  # every rendered file's write fails (ENOTDIR)
 
-    from jobprof.types import WriterSpec
+    from jobprof.plugin.types import WriterSpec
 
     said: list[str] = []
     budget = StorageBudget(device, 1 << 40, max_files=10**9)

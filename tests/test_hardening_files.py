@@ -1,4 +1,4 @@
-"""Issue 15, findings 1, 2, 7 and 9 (files): every file jobprof writes goes through jobprof.fsio.
+"""Issue 15, findings 1, 2, 7 and 9 (files): every file jobprof writes goes through jobprof.files.fsio.
 
 Each test is an attack that succeeded before: ``-o`` onto a FIFO, a link, a device node, a
 folder, a socket; symlinks planted inside a PROF_ folder (temp-file names, device/summary/
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, clean_env, jobprof_cli
-from jobprof import cann8, fsio, rawstore
+from jobprof.analysis import cann8
+from jobprof.files import fsio, rawstore
 
 JOB = """
 import torch
@@ -371,7 +372,7 @@ def test_three_jobs_started_together_get_three_indices(runner: Runner) -> None:
 _RACE = """
 import sys
 from pathlib import Path
-from jobprof import fsio
+from jobprof.files import fsio
 base, start = Path(sys.argv[1]), float(sys.argv[2])
 import time
 while time.time() < start:

@@ -212,7 +212,7 @@ def test_statistic_step_trace_and_master_timeline(two_ranks: tuple[Runner, Path,
     totals = [float(row["Total Time(us)"]) for row in stat]
     assert totals == sorted(totals, reverse=True)
     reduce_total = sum(e["dur"] for e in ops if e["name"] == "all_reduce")
-    # timeline durations come from integer ns (jobprof.clock): the sum is the CSV's to rounding
+    # timeline durations come from integer ns (jobprof.plugin.clock): the sum is the CSV's to rounding
     assert float(by_type["all_reduce"]["Total Time(us)"]) == pytest.approx(reduce_total, abs=0.01)
 
     # step_trace: one Reduce pair per all-reduce / reduce-scatter of the iteration
@@ -404,8 +404,8 @@ def test_a_done_future_lands_in_its_own_iteration(monkeypatch: pytest.MonkeyPatc
     import torch
     import torch.distributed as dist
 
+    from jobprof.plugin.types import Iteration
     from jobprof.plugins.hccl import capture as capture_mod
-    from jobprof.types import Iteration
 
     monkeypatch.setattr(capture_mod, "GRACE_S", 0.0)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
@@ -436,8 +436,8 @@ def test_capture_in_process_and_uninstall_restores_torch() -> None:
     import torch
     import torch.distributed as dist
 
+    from jobprof.plugin.types import Iteration
     from jobprof.plugins.hccl.capture import Capture
-    from jobprof.types import Iteration
 
     original_wait = torch._C._distributed_c10d.Work.wait
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)

@@ -15,8 +15,8 @@ import pytest
 from test_hccl import KILLED
 
 from conftest import Runner, check_timeline, free_port, jobprof_cli, raw, time_axis, torchrun
-from jobprof.merge import group_of, merge
-from jobprof.selection import ranges
+from jobprof.analysis.merge import group_of, merge
+from jobprof.analysis.selection import ranges
 
 MODEL = 4294967295
 STEPS = 24

@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv
-from jobprof import _state, mstx
-from jobprof.clock import ClockAnchor
-from jobprof.lanes import LANE_STRIDE, assign_lanes
+from jobprof import mstx
+from jobprof.files.lanes import LANE_STRIDE, assign_lanes
+from jobprof.plugin.clock import ClockAnchor
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder, clip
 from jobprof.plugins.msproftx.writer import HEADER
+from jobprof.runtime import _state
 
 STEPS = 4
 MAIN_TRUNCATED = "é" * 200  # 400 UTF-8 bytes
@@ -352,7 +353,8 @@ def test_include_and_exclude_together_is_an_options_error(runner: Runner) -> Non
 
 # -- off -----------------------------------------------------------------------------------
 OFF = """
-from jobprof import _state, mstx
+from jobprof.runtime import _state
+from jobprof import mstx
 ran = []
 
 @mstx.range("decorated")

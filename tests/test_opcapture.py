@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import Runner, raw
-from jobprof.opcapture import KIND, NAME, SHAPES, START
+from jobprof.ops.opcapture import KIND, NAME, SHAPES, START
 
 JOB = """
 import sys

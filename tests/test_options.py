@@ -19,8 +19,9 @@ import pytest
 import jobprof.plugins.training_trace as training_trace
 from conftest import Runner
 from distributions import make_dist
-from jobprof import options, schemas
-from jobprof.reporter import Problem, Reporter, show_value
+from jobprof import schemas
+from jobprof.plugin import options
+from jobprof.plugin.reporter import Problem, Reporter, show_value
 
 #: A third-party plugin's fragment: a new key, plus a refinement of a core key (nested allOf).
 DEMO_FRAGMENT: dict[str, Any] = {
@@ -392,7 +393,7 @@ def test_show_value(value: object, shown: str) -> None:
 #: Prints whether a profiling session started, then exits with the code given in argv.
 PROBE = """
 import sys
-from jobprof import _state
+from jobprof.runtime import _state
 print("session", _state.SESSION is not None)
 sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
 """
@@ -487,7 +488,7 @@ def test_run_too_long(runner: Runner) -> None:
 
 
 DEMO_PLUGIN = """
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
 
 @hookimpl
 def jobprof_options_schema():

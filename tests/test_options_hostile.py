@@ -22,9 +22,9 @@ import pytest
 import test_options
 
 from conftest import Runner, jobprof_cli
-from jobprof import bootstrap, options
-from jobprof.manager import PluginManager
-from jobprof.reporter import Reporter, escape
+from jobprof.plugin import configure, options
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.reporter import Reporter, escape
 
 TMP = "@TMP@"  # replaced by the test's tmp_path
 #: what must never reach a terminal raw: C0 controls but the line break the reporter puts
@@ -37,7 +37,7 @@ def composed() -> options.Composed:
     """The schema a real job composes: core keys and every built-in plugin's fragment."""
     manager = PluginManager()
     manager.load_entry_points({})
-    return bootstrap.compose_with(manager)
+    return configure.compose_with(manager)
 
 
 @pytest.fixture
@@ -291,7 +291,7 @@ PROFILED = [
 BY_ID = {c.id: c for c in ALL}
 PROBE = """
 import sys
-from jobprof import _state
+from jobprof.runtime import _state
 print("session", _state.SESSION is not None)
 """
 

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from jobprof import optree  # noqa: E402
-from jobprof.opcapture import DUR, NAME, START, Detail, OpCapture  # noqa: E402
+from jobprof.ops import optree  # noqa: E402
+from jobprof.ops.opcapture import DUR, NAME, START, Detail, OpCapture  # noqa: E402
 
 
 @pytest.fixture(scope="module")

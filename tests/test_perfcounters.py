@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from jobprof import perfcounters as pc
+from jobprof.ops import perfcounters as pc
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="perf events are Linux-only")
 

@@ -169,7 +169,7 @@ def test_auto_format_follows_the_event_count(prof: Path, tmp_path: Path,
     """Without a name that says, merge writes JSON up to JSON_EVENTS_MAX events, native above
     (the threshold lowered here: a real 1 M-event profile is the bench's)."""
     pytest.importorskip("perfetto.trace_builder.proto_builder")
-    from jobprof import merge as merge_mod
+    from jobprof.analysis import merge as merge_mod
 
     copy = tmp_path / prof.name
     shutil.copytree(prof, copy)

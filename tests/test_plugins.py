@@ -19,10 +19,10 @@ import pytest
 
 from conftest import Runner, jobprof_cli, raw, raw_iterations
 from distributions import make_dist
-from jobprof.hookspec import hookimpl
-from jobprof.manager import PluginManager
-from jobprof.reporter import Reporter
-from jobprof.types import WriterSpec
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.reporter import Reporter
+from jobprof.plugin.types import WriterSpec
 
 ITERATIONS = 5
 MODEL = 4294967295
@@ -44,8 +44,8 @@ print("training done")
 
 # -- working plugins -------------------------------------------------------------------------
 GOOD = """
-from jobprof.hookspec import hookimpl
-from jobprof.types import WriterSpec
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 
 STREAM = "good"
 
@@ -84,7 +84,7 @@ def jobprof_writers(config):
 
 # implementations that accept fewer arguments than the hook offers (pluggy semantics)
 PARTIAL = """
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
 
 @hookimpl
 def jobprof_configure():
@@ -98,7 +98,7 @@ def jobprof_iteration_end(iteration):
 # records built later, on the sink thread: a callable instead of the list
 DEFERRED = """
 import functools, threading
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
 
 def build(session, index, end_ns):
     thread = threading.current_thread().name
@@ -124,7 +124,7 @@ from pathlib import Path
 
 Path.cwd().joinpath({MARKER!r}).write_text("imported")
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
 
 @hookimpl
 def jobprof_options_schema():
@@ -138,7 +138,7 @@ BROKEN: dict[str, tuple[str, str]] = {
                      "No module named 'jobprof_no_such_module'"),
     "exit_at_import": ("raise SystemExit(3)\n", "cannot import 'exit_at_import': SystemExit: 3"),
     "misspelled": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_ends(session, iteration):
@@ -146,15 +146,15 @@ BROKEN: dict[str, tuple[str, str]] = {
         """, "implements unknown hook(s): jobprof_iteration_ends "
              "(did you mean jobprof_iteration_end?)"),
     "extra_arg": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_end(session, iteration, batch):
             return {"extra_arg": [{}]}
         """, "Argument(s) {'batch'} are declared in the hookimpl but can not be found"),
     "iter_raises": ("""
-        from jobprof.hookspec import hookimpl
-        from jobprof.types import WriterSpec
+        from jobprof.plugin.hookspec import hookimpl
+        from jobprof.plugin.types import WriterSpec
 
         @hookimpl
         def jobprof_iteration_end(iteration):
@@ -175,7 +175,7 @@ BROKEN: dict[str, tuple[str, str]] = {
             sys.stderr.write(f"iter_raises: cleaned up (session {session.state})\\n")
         """, "jobprof_iteration_end raised RuntimeError: sensor unplugged (iter_raises.py:"),
     "start_raises": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_session_start(session):
@@ -186,8 +186,8 @@ BROKEN: dict[str, tuple[str, str]] = {
             return {"start_raises": [{"iteration": iteration.index}]}
         """, "jobprof_session_start raised KeyError: 'no such device'"),
     "render_raises": ("""
-        from jobprof.hookspec import hookimpl
-        from jobprof.types import WriterSpec
+        from jobprof.plugin.hookspec import hookimpl
+        from jobprof.plugin.types import WriterSpec
 
         @hookimpl
         def jobprof_iteration_end(iteration):
@@ -201,14 +201,14 @@ BROKEN: dict[str, tuple[str, str]] = {
             return [WriterSpec("render_raises", "csv", render)]
         """, "writer 'render_raises' raised ValueError: cannot render iteration "),
     "not_json": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_end(iteration):
             return {"not_json": [{"when": object()}]}  # cannot be stored: only this stream goes
         """, "stream 'not_json' is not JSON-serialisable: Object of type object"),
     "deferred_raises": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         def build(index):
             if index == 3:
@@ -220,7 +220,7 @@ BROKEN: dict[str, tuple[str, str]] = {
             return {"deferred_raises": lambda: build(iteration.index)}
         """, "deferred records of stream 'deferred_raises' (iteration 3): KeyError: 'lost the sensor'"),
     "end_raises": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_end(iteration):
@@ -232,7 +232,7 @@ BROKEN: dict[str, tuple[str, str]] = {
         """, "jobprof_session_end raised OSError: cannot close"),
     "exits_in_hook": ("""
         import sys
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_end(iteration):
@@ -241,7 +241,7 @@ BROKEN: dict[str, tuple[str, str]] = {
             return {"exits_in_hook": [{"iteration": iteration.index}]}
         """, "jobprof_iteration_end raised SystemExit: 5"),
     "stream_thief": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_end(iteration):
@@ -249,14 +249,14 @@ BROKEN: dict[str, tuple[str, str]] = {
         """, "jobprof_iteration_end returned stream 'training_trace', which belongs to "
              "plugin 'training_trace'"),
     "bad_schema": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_options_schema():
             return {"properties": {"bad_key": {"type": "no-such-type"}}}
         """, "jobprof_options_schema returned an invalid JSON Schema: "),
     "dangling_ref": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_options_schema():
@@ -267,7 +267,7 @@ BROKEN: dict[str, tuple[str, str]] = {
         """, "jobprof_options_schema returned a schema with $ref(s) that resolve to nothing: "
              "#/$defs/nope"),
     "schema_not_mapping": ("""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_options_schema():
@@ -285,7 +285,7 @@ def jobprof_iteration_end(session, iteration):
 
 def dup_module(stream: str) -> str:
     return f"""
-        from jobprof.hookspec import hookimpl
+        from jobprof.plugin.hookspec import hookimpl
 
         @hookimpl
         def jobprof_iteration_end(iteration):

@@ -57,7 +57,7 @@ def test_export_shows_a_bar_on_a_terminal_and_nothing_in_a_pipe(runner: Runner) 
 
 
 def test_progress_wraps_an_iterable_silently_off_a_terminal() -> None:
-    code = ("from jobprof.progress import progress\n"
+    code = ("from jobprof.cli.progress import progress\n"
             "print(sum(progress(range(5), desc='x')))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=clean_env())
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "10\n", "")

@@ -274,7 +274,7 @@ def test_file_size_limit_stops_collection_and_job_continues(runner):
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 def test_profiling_mode_off_installs_nothing(runner):
-    body = "import sys, torch\nprint('jobprof' in sys.modules, 'jobprof.session' in sys.modules)\n"
+    body = "import sys, torch\nprint('jobprof' in sys.modules, 'jobprof.runtime.session' in sys.modules)\n"
     proc = runner.run(body, STEP, mode="false")
     assert proc.stdout.split() == ["False", "False"]
     proc = runner.run(body, STEP, mode=None)
@@ -284,7 +284,7 @@ def test_profiling_mode_off_installs_nothing(runner):
 def test_profiling_on_imports_nothing_heavy_before_the_program_does(runner):
     body = ("import sys\n"
             "print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))\n"
-            "print('jobprof.session' in sys.modules)\n")
+            "print('jobprof.runtime.session' in sys.modules)\n")
     proc = runner.run(body, STEP)
     assert proc.stdout.split("\n")[:2] == ["[]", "True"]  # the session waits for torch
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from jobprof import rawstore
-from jobprof.storage import MB, RESERVE, StorageBudget
+from jobprof.files import rawstore
+from jobprof.runtime.storage import MB, RESERVE, StorageBudget
 
 
 def it(index: int) -> dict:

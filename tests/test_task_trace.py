@@ -399,7 +399,7 @@ torch = pytest.importorskip("torch")
 @pytest.fixture(scope="module")
 def recorded() -> tuple[list[list], int, int]:
     """Operators recorded for real by the core's capture, in this process."""
-    from jobprof.opcapture import Detail, OpCapture
+    from jobprof.ops.opcapture import Detail, OpCapture
 
     warnings: list[str] = []
     capture = OpCapture(torch, Detail(shapes=True), warnings.append)
@@ -418,8 +418,8 @@ def recorded() -> tuple[list[list], int, int]:
 
 
 def context(recorded, metrics=None):
-    from jobprof.clock import ClockAnchor
-    from jobprof.types import Config, ExportContext, Iteration
+    from jobprof.plugin.clock import ClockAnchor
+    from jobprof.plugin.types import Config, ExportContext, Iteration
 
     records, begin, end = recorded
     config = Config({"task_trace": "on", "output": "."})
@@ -428,8 +428,8 @@ def context(recorded, metrics=None):
 
 
 def test_metric_columns_are_appended(recorded):
+    from jobprof.plugin.types import MetricSet
     from jobprof.plugins.task_trace.summary import render_op_summary
-    from jobprof.types import MetricSet
 
     metrics = MetricSet("X", ["a_col"], values=lambda task, machine: [task.dur])
     text = render_op_summary(context(recorded, metrics))
@@ -441,8 +441,8 @@ def test_metric_columns_are_appended(recorded):
 
 
 def test_metric_values_that_raise_give_na(recorded):
+    from jobprof.plugin.types import MetricSet
     from jobprof.plugins.task_trace.summary import render_op_summary
-    from jobprof.types import MetricSet
 
     def broken(task, machine):
         if task.name == "aten::mm":
@@ -539,10 +539,10 @@ def cuda_records(t0: int) -> list[list]:
 
 
 def test_cuda_shaped_tasks_in_op_summary_and_timeline(tmp_path):
-    from jobprof.clock import ClockAnchor
+    from jobprof.files.timeline import Timeline
+    from jobprof.plugin.clock import ClockAnchor
+    from jobprof.plugin.types import Config, ExportContext, Iteration
     from jobprof.plugins.task_trace import summary, trace
-    from jobprof.timeline import Timeline
-    from jobprof.types import Config, ExportContext, Iteration
 
     t0 = time.monotonic_ns()
     config = Config({"task_trace": "on", "output": "."})

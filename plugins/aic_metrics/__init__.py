@@ -17,8 +17,8 @@ entry point                   group (``aic_metrics`` value)
 ============================  ====================================================
 
 Every value is measured (the task's duration, CUPTI counters on CUDA) or derived from
-measurement: FLOPs and bytes from the recorded input shapes (:mod:`jobprof.opmath`) and the
-machine's peaks measured once by :mod:`jobprof.calibrate`.  A column with no source on the
+measurement: FLOPs and bytes from the recorded input shapes (:mod:`jobprof.ops.opmath`) and the
+machine's peaks measured once by :mod:`jobprof.ops.calibrate`.  A column with no source on the
 machine is ``N/A``; each module's docstring and its ``MetricSet.sources`` say where every column
 comes from.  The shared arithmetic lives in :mod:`._group`.
 """

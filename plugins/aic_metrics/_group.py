@@ -8,7 +8,7 @@ Per task:
 * duration: the task's measured duration (``Task Duration``), the denominator of every ratio
   and bandwidth;
 * work: the task's FLOPs split by unit -- ``cube`` (matmul/conv family) or ``vector``
-  (elementwise, full reductions) -- from :mod:`jobprof.opmath`; a copy moves data and computes
+  (elementwise, full reductions) -- from :mod:`jobprof.ops.opmath`; a copy moves data and computes
   nothing, a matmul has no vector work (its bias epilogue is not counted, as in opmath), an
   elementwise op no cube work.  ``aten::conv2d``, whose FLOPs opmath cannot know (stride and
   padding are not recorded as values), takes Kineto's own estimate, which had them;
@@ -45,12 +45,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from jobprof import opmath
-from jobprof.hookspec import hookimpl
-from jobprof.opcapture import NAME
-from jobprof.types import NA, MetricSet
+from jobprof.ops import opmath
+from jobprof.ops.opcapture import NAME
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import NA, MetricSet
 
-#: calibration keys (jobprof.calibrate)
+#: calibration keys (jobprof.ops.calibrate)
 MATMUL_PEAK, VECTOR_PEAK, MEMORY_PEAK = "matmul_flops_per_s", "vector_flops_per_s", "memory_bytes_per_s"
 KB = 1024
 GB = 1e9
@@ -147,7 +147,7 @@ def calibrate_once(session: Any) -> None:
 
 
 def _record(session: Any, torch: Any, device: str) -> None:
-    from jobprof.calibrate import calibrate
+    from jobprof.ops.calibrate import calibrate
 
     result = calibrate(torch, device)  # never raises
     session.info["calibration"] = result

@@ -1,7 +1,7 @@
 """L2Cache: L2 hits and miss-allocates per task, for writes and the two read ports.
 
 * CPU: N/A in every column.  The last-level-cache counters (perf events, see
-  :mod:`jobprof.perfcounters`) can only be attributed to an operator by reading them around
+  :mod:`jobprof.ops.perfcounters`) can only be attributed to an operator by reading them around
   every operator call from Python; a metric group gets just the task and the calibration at
   export, so it has no such reading.  The ``l2`` switch does exactly that per operator (at a
   cost) and writes the ``l2_cache`` file with the hit rate: use it for CPU cache behaviour.
@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from jobprof.plugin.types import NA
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA
 
 GROUP = "L2Cache"
 COLUMNS = ("write_cache_hit", "write_cache_miss_allocate", "r0_read_cache_hit", "r0_read_cache_miss_allocate",

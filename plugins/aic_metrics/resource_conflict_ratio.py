@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from jobprof.plugin.types import NA
 from jobprof.plugins.aic_metrics import _group as g
-from jobprof.types import NA
 
 GROUP = "ResourceConflictRatio"
 COLUMNS = ("vec_bankgroup_cflt_ratio", "vec_bank_cflt_ratio", "vec_resc_cflt_ratio")

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.aicpu.report import aicpu_sections
 from jobprof.plugins.aicpu.writer import render_csv
-from jobprof.types import WriterSpec
 
 
 @hookimpl

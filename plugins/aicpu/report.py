@@ -6,11 +6,11 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from jobprof.opcapture import NAME
-from jobprof.opcapture import STREAM as OPS_STREAM
-from jobprof.optree import OpView
+from jobprof.ops.opcapture import NAME
+from jobprof.ops.opcapture import STREAM as OPS_STREAM
+from jobprof.ops.optree import OpView
+from jobprof.plugin.types import Finding, Section
 from jobprof.plugins.aicpu.split import launching_tops, split
-from jobprof.types import Finding, Section
 
 TOP = 10
 #: median per-iteration dispatch share above which the operators are called framework-bound

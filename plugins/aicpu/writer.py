@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from jobprof import optree
-from jobprof.opcapture import NAME, START
+from jobprof.ops import optree
+from jobprof.ops.opcapture import NAME, START
+from jobprof.plugin.types import ExportContext
 from jobprof.plugins.aicpu.split import launching_tops, numbered, split
-from jobprof.types import ExportContext
 
 HEADER = ["Device_id", "Timestamp(us)", "Node", "Compute_time(us)", "Memcpy_time(us)", "Task_time(us)",
           "Dispatch_time(us)", "Total_time(us)", "Stream ID", "Task ID"]

@@ -15,11 +15,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.dp.loader import LoaderCollector
 from jobprof.plugins.dp.report import dp_sections, wait_spans
 from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
-from jobprof.types import WriterSpec
 
 
 def enabled(config: Any) -> bool:

@@ -7,9 +7,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.breakdown import DATA_WAIT
+from jobprof.analysis.breakdown import DATA_WAIT
+from jobprof.plugin.types import Finding, Section
 from jobprof.plugins.dp.writer import STREAM
-from jobprof.types import Finding, Section
 
 #: share of iteration time spent waiting above which a loop is called data-bound
 DATA_BOUND_SHARE = 0.10

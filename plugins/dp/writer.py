@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof.timeline import HOST_LABEL, Timeline
-from jobprof.types import NA, ExportContext
+from jobprof.files.timeline import HOST_LABEL, Timeline
+from jobprof.plugin.types import NA, ExportContext
 
 HEADER = ["Device_id", "Timestamp(us)", "Action", "Source", "Cached Buffer Size"]
 STREAM = "dp"

@@ -16,11 +16,11 @@ import os
 from functools import partial
 from typing import Any
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.hccl.capture import Capture
 from jobprof.plugins.hccl.report import communication_sections, communication_spans
 from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
-from jobprof.types import WriterSpec
 
 
 @hookimpl

@@ -6,10 +6,10 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.breakdown import COMMUNICATION, COMMUNICATION_BLOCKING
+from jobprof.analysis.breakdown import COMMUNICATION, COMMUNICATION_BLOCKING
+from jobprof.plugin.types import NA, Section
 from jobprof.plugins.hccl.collectives import bandwidths
 from jobprof.plugins.hccl.writer import STREAM
-from jobprof.types import NA, Section
 
 TOP = 10
 

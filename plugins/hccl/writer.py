@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobprof.lanes import assign_lanes, lane_name, lane_tid
+from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
+from jobprof.files.timeline import Timeline, device_label
+from jobprof.plugin.types import NA, ExportContext
 from jobprof.plugins.hccl.collectives import bandwidths, msprof_dtype
-from jobprof.timeline import Timeline, device_label
-from jobprof.types import NA, ExportContext
 
 STREAM = "hccl"
 STATISTIC = "communication_statistic"

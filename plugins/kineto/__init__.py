@@ -50,7 +50,7 @@ ran them; it classifies ``c10d::`` operators as compute (it knows only NCCL kern
 Not in the files: ``deviceProperties`` is ``[]`` (torch writes that for CPU; GPU properties are
 not recorded), and ``distributedInfo`` is left out of a job that is not distributed, as torch
 does (HTA then takes rank 0).  ``ts`` is µs since ``baseTimeNanoseconds``, the job's time base
-(``jobprof.clock``): the same in every rank's file, so the ranks' files share one time axis, and
+(``jobprof.plugin.clock``): the same in every rank's file, so the ranks' files share one time axis, and
 small enough that every ns survives a reader's conversion.
 
 task_trace off: the files still have ProfilerStep, the step phases, collectives, markers and
@@ -61,9 +61,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.kineto.writer import SPEC
-from jobprof.types import WriterSpec
 
 KEY = "kineto_trace"
 

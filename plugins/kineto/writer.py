@@ -7,7 +7,7 @@ events (pid / tid as torch.profiler uses them, plus jobprof's own tracks):
 * host events on ``pid`` = the process id, ``tid`` = the OS thread id;
 * ``ProfilerStep#<n>`` (``user_annotation``) on the training thread, ``n = iteration - 1``;
 * jobprof's derived spans (step phases, collectives, mstx ranges, DataLoader waits) on tracks
-  of their own, ``tid = thread + k * 2**22`` (see :mod:`jobprof.lanes`), named after the thread
+  of their own, ``tid = thread + k * 2**22`` (see :mod:`jobprof.files.lanes`), named after the thread
   they belong to: they may overlap the thread's operators without nesting;
 * CUDA device work on ``pid`` = device index, ``tid`` = stream (Kineto's own layout);
 * on a CPU-only job, each op_summary task again as a ``kernel`` on the pseudo device
@@ -20,10 +20,23 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from jobprof import optree
-from jobprof.lanes import LANE_STRIDE, assign_lanes
-from jobprof.opcapture import CORR, DEVICE, DTYPES, DUR, EXTRA, KIND, LINK, NAME, SHAPES, START, STRIDES, TID
-from jobprof.types import NA, ExportContext, WriterSpec
+from jobprof.files.lanes import LANE_STRIDE, assign_lanes
+from jobprof.ops import optree
+from jobprof.ops.opcapture import (
+    CORR,
+    DEVICE,
+    DTYPES,
+    DUR,
+    EXTRA,
+    KIND,
+    LINK,
+    NAME,
+    SHAPES,
+    START,
+    STRIDES,
+    TID,
+)
+from jobprof.plugin.types import NA, ExportContext, WriterSpec
 
 NAME_PREFIX = "kineto"
 #: pid of the pseudo device of a CPU-only job: this + device id, far above any Linux pid
@@ -59,7 +72,7 @@ def _track_name(thread: int, family: int, lane: int) -> str:
 class _Builder:
     """Accumulates the events of one file; ``ts`` in µs since the job's time base (the file's
     ``baseTimeNanoseconds``, one for every rank), ``dur`` from the integer ends
-    (jobprof.clock.TimeAxis: a span that nests in ns nests in the file)."""
+    (jobprof.plugin.clock.TimeAxis: a span that nests in ns nests in the file)."""
 
     def __init__(self, ctx: ExportContext) -> None:
         self.ctx = ctx

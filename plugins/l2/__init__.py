@@ -3,7 +3,7 @@
 Where the numbers come from:
 
 * CPU jobs: the last-level-cache counters of the training thread (``perf_event_open``, see
-  :mod:`jobprof.perfcounters`): ``LLC-loads`` / ``LLC-load-misses``, else the generic
+  :mod:`jobprof.ops.perfcounters`): ``LLC-loads`` / ``LLC-load-misses``, else the generic
   ``cache-references`` / ``cache-misses``.  They are read around every operator by a
   TorchDispatchMode on the training thread (:mod:`jobprof.plugins.l2.counting`) and summed per
   op_summary task at export (:mod:`jobprof.plugins.l2.join`).  Hit Rate = (accesses - misses) /
@@ -44,13 +44,13 @@ import os
 from functools import partial
 from typing import Any
 
-from jobprof import perfcounters
-from jobprof.hookspec import hookimpl
+from jobprof.ops import perfcounters
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.l2.counting import OpCounter
 from jobprof.plugins.l2.join import CUPTI_METRICS
 from jobprof.plugins.l2.report import l2_sections
 from jobprof.plugins.l2.writer import EVENTS_STREAM, STREAM, render_csv
-from jobprof.types import WriterSpec
 
 #: diagnostic switch: ``software`` counts task-clock and page-faults instead of cache events
 EVENTS_ENV = "JOBPROF_L2_EVENTS"

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import Any
 
-from jobprof import perfcounters
+from jobprof.ops import perfcounters
 
 #: records waiting for the hand-over (about 100 bytes each)
 MAX_PENDING = 200_000

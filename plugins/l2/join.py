@@ -17,8 +17,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jobprof.optree import Task
-from jobprof.types import NA
+from jobprof.ops.optree import Task
+from jobprof.plugin.types import NA
 
 # fields of a counter record (jobprof.plugins.l2.counting)
 R_START, R_END, R_TID, R_NAME, R_VALUES = 0, 1, 2, 3, 4

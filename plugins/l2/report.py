@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof.opcapture import EXTRA, KIND
-from jobprof.opcapture import STREAM as OPS_STREAM
+from jobprof.ops.opcapture import EXTRA, KIND
+from jobprof.ops.opcapture import STREAM as OPS_STREAM
+from jobprof.plugin.types import NA, Section
 from jobprof.plugins.l2.join import CACHE_SOURCES, R_VALUES, cupti_hit_rate, hit_rate, ratio_cell
 from jobprof.plugins.l2.writer import STREAM
-from jobprof.types import NA, Section
 
 
 def l2_sections(profile: Any) -> list[Section]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from jobprof import optree
+from jobprof.ops import optree
+from jobprof.plugin.types import NA, ExportContext
 from jobprof.plugins.l2.join import CACHE_SOURCES, counts_per_task, cupti_hit_rate, hit_rate, ratio_cell
-from jobprof.types import NA, ExportContext
 
 HEADER = ["Device_id", "Stream Id", "Task Id", "Hit Rate", "Victim Rate", "Op Name"]
 #: per-operator counter records (jobprof.plugins.l2.counting)

@@ -20,12 +20,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder
 from jobprof.plugins.msproftx.report import marker_sections
 from jobprof.plugins.msproftx.writer import NAME, STREAM, add_tracks, render_csv, render_json
-from jobprof.types import WriterSpec
 
 INCLUDE, EXCLUDE = "mstx_domain_include", "mstx_domain_exclude"
 #: the session attribute holding the undo functions of the record_function / NVTX wrappers

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from jobprof.plugin.types import Section
 from jobprof.plugins.msproftx.writer import STREAM
-from jobprof.types import Section
 
 TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobprof.lanes import assign_lanes, lane_name, lane_tid
-from jobprof.timeline import HOST_LABEL, Timeline
-from jobprof.types import NA, ExportContext
+from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
+from jobprof.files.timeline import HOST_LABEL, Timeline
+from jobprof.plugin.types import NA, ExportContext
 
 STREAM = "msproftx"
 NAME = "msprof_tx"
@@ -65,7 +65,7 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
                 args["Start Iteration"] = r["si"]
             if "et" in r:
                 args["End Thread"] = r["et"]
-            # dur from the integer ends: spans that nest in ns nest in the file (jobprof.clock)
+            # dur from the integer ends: spans that nest in ns nest in the file (jobprof.plugin.clock)
             events.append({"name": text(r["m"]) or "(empty message)", "pid": pid,
                            "tid": lane_tid(thread, lane), "ts": us(r["s"]), "dur": dur(r["s"], r["e"]),
                            "args": args, "ph": "X"})

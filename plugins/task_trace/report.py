@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobprof import optree
-from jobprof.breakdown import COMPUTE
-from jobprof.opcapture import DEVICE_KINDS, DUR, KIND, NAME, START, TID
-from jobprof.opcapture import STREAM as OPS_STREAM
-from jobprof.types import Finding, Section
+from jobprof.analysis.breakdown import COMPUTE
+from jobprof.ops import optree
+from jobprof.ops.opcapture import DEVICE_KINDS, DUR, KIND, NAME, START, TID
+from jobprof.ops.opcapture import STREAM as OPS_STREAM
+from jobprof.plugin.types import Finding, Section
 
 TOP = 15
 #: a finding names the operator types holding this share of compute time ...
@@ -101,7 +101,7 @@ def top_sections(profile: Any) -> list[Section]:
 def compute_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
     """The spans of every task that is not communication: Overlap Analysis's ``Computing``.
 
-    The same tasks as :class:`~jobprof.optree.OpView` (device work on a GPU, else the top-level
+    The same tasks as :class:`~jobprof.ops.optree.OpView` (device work on a GPU, else the top-level
     dispatcher operators) without building the operator tree: the summary asks this of every
     iteration of every rank.
     """

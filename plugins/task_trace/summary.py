@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from jobprof.plugin.types import NA, ExportContext
 from jobprof.plugins.task_trace.table import TaskTable, csv_cell, table, us3
-from jobprof.types import NA, ExportContext
 
 SUMMARY_HEADER = ["Device_id", "Model ID", "Task ID", "Stream ID", "Op Name", "OP Type", "OP State",
                   "Task Type", "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)",

@@ -16,10 +16,10 @@ import marshal
 import re
 from typing import Any
 
-from jobprof import optree
-from jobprof.opcapture import DTYPES, NAME, SHAPES, STRIDES
+from jobprof.ops import optree
+from jobprof.ops.opcapture import DTYPES, NAME, SHAPES, STRIDES
+from jobprof.plugin.types import NA, ExportContext
 from jobprof.plugins.task_trace.formats import input_cells, output_cells
-from jobprof.types import NA, ExportContext
 
 MEMO_KEY = "task_trace.table"
 _GRID = re.compile(r'"grid"\s*:\s*\[\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\]')
@@ -97,7 +97,7 @@ class TaskTable:
         self.stop_cells = [f"{e // 1000}.{e % 1000:03d}\t" for e in ends]
         self.dur_cells = [f"{d // 1000}.{d % 1000:03d}" for d in durs]
         self.wait_cells = [f"{w // 1000}.{w % 1000:03d}" for w in (t.wait for t in tasks)]
-        # timeline ts (us since the job's time base) and dur (from integer ns): jobprof.clock
+        # timeline ts (us since the job's time base) and dur (from integer ns): jobprof.plugin.clock
         base = ctx.axis.base_ns  # starts are epoch ns
         self.ts = [(s - base) / 1000 for s in starts]
         self.tdur = [d / 1000 for d in durs]

@@ -17,18 +17,18 @@ Master timeline layers:
   ``Communication(Not Overlapped)`` and ``Free`` over the iteration.
 
 ``ts`` values are µs since the job's time base and each ``dur`` comes from the integer ns ends
-(``jobprof.clock.TimeAxis``), so spans that nest in ns nest for the reader too.
+(``jobprof.plugin.clock.TimeAxis``), so spans that nest in ns nest for the reader too.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from jobprof import optree
-from jobprof.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, TID
+from jobprof.files.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label, dumps
+from jobprof.ops import optree
+from jobprof.ops.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, TID
+from jobprof.plugin.types import ExportContext
 from jobprof.plugins.task_trace.table import TaskTable, table
-from jobprof.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label, dumps
-from jobprof.types import ExportContext
 
 HOST_PROCESS = "CANN"
 OVERLAP_PROCESS = "Overlap Analysis"

@@ -10,11 +10,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from jobprof.hookspec import hookimpl
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import WriterSpec
 from jobprof.plugins.training_trace.points import PointCollector
 from jobprof.plugins.training_trace.report import phase_spans
 from jobprof.plugins.training_trace.writer import STREAM, add_to_master, render_csv, render_json
-from jobprof.types import WriterSpec
 
 
 @hookimpl

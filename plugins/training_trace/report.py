@@ -1,6 +1,6 @@
 """What the step trace tells ``jobprof summary``: the phases of each iteration.
 
-The per-rank iteration table itself is the core's (``jobprof.summary``), painted from these spans.
+The per-rank iteration table itself is the core's (``jobprof.analysis.summary``), painted from these spans.
 """
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.breakdown import FORWARD_BACKWARD, REFRESH
+from jobprof.analysis.breakdown import FORWARD_BACKWARD, REFRESH
+from jobprof.plugin.types import Iteration
 from jobprof.plugins.training_trace.writer import STREAM, fp_bp
-from jobprof.types import Iteration
 
 
 def phase_spans(iteration: Iteration, streams: Mapping[str, list[Any]]) -> dict[str, list] | None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobprof.lanes import assign_lanes, lane_name, lane_tid
-from jobprof.rawstore import PROFILER_STREAM
-from jobprof.timeline import DEVICE_PROCESS, SYNTHETIC_TID, Timeline, device_label, dumps, process_pid
-from jobprof.types import NA, ExportContext, Iteration
+from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
+from jobprof.files.rawstore import PROFILER_STREAM
+from jobprof.files.timeline import DEVICE_PROCESS, SYNTHETIC_TID, Timeline, device_label, dumps, process_pid
+from jobprof.plugin.types import NA, ExportContext, Iteration
 
 #: the plugin's raw stream: one record per iteration with its marked points
 STREAM = "training_trace"
@@ -73,7 +73,7 @@ def render_csv(ctx: ExportContext) -> str:
 def step_trace_tid(model_id: int) -> int:
     """The step trace track's tid (its Reduce track is the next): msprof's ``70000 + model id``
     overflows a uint32 for the eager model 4294967295, and a device process holds OS-thread
-    streams too, so it lies above them (``jobprof.timeline``'s track rule)."""
+    streams too, so it lies above them (``jobprof.files.timeline``'s track rule)."""
     return SYNTHETIC_TID + 2 * (model_id % (1 << 20))
 
 
@@ -107,7 +107,7 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
     v = step_values(ctx)
     k = ctx.iteration.index
     us = ctx.to_us
-    # ts: us since the job's time base, dur from the integer ends (jobprof.clock.TimeAxis)
+    # ts: us since the job's time base, dur from the integer ends (jobprof.plugin.clock.TimeAxis)
     dur = ctx.dur_us
     span = lambda a, b: round((b - a) / 1000, 3)  # noqa: E731
     events: list[dict[str, Any]] = []
@@ -130,7 +130,7 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
                                 "Iteration Refresh(us)": span(v["bp"], v["end"])},
                        "cat": "Iteration Refresh", "ph": "X"})
     # DDP's bucket all-reduces overlap (each is launched before the previous one ends): one
-    # track cannot show that, so an overlapping reduce goes to the next lane (jobprof.lanes)
+    # track cannot show that, so an overlapping reduce goes to the next lane (jobprof.files.lanes)
     lanes = assign_lanes(v["reduces"])
     for lane in sorted(set(lanes)):
         tid_, name = lane_tid(reduce_tid, lane), lane_name(reduce_name, lane)

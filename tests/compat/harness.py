@@ -152,7 +152,7 @@ def facts(run_: Run) -> dict[str, str]:
 
 
 def iterations(run_: Run, device: int = 0) -> tuple[list[Any], dict[str, Any]]:
-    from jobprof.profile import Profile
+    from jobprof.analysis.profile import Profile
 
     profile = Profile(run_.prof_dir())
     return profile.iterations(device), profile.info(device).get("jobprof", {})
@@ -197,7 +197,7 @@ def _us(text: str) -> float | None:
 def assert_summary_sane(run_: Run, device: int = 0) -> dict[str, Any]:
     """(f): the summary's FP→BP is the step_trace CSV's (less what was painted before it), the
     jobprof part lies where jobprof worked, and no iteration is blamed for jobprof's start-up."""
-    from jobprof import rawstore
+    from jobprof.files import rawstore
 
     model = summary(run_)
     csv_rows = step_trace_rows(run_, device)

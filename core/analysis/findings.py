@@ -1,0 +1,263 @@
+"""The core's findings (from the iteration breakdown and the cross-rank comparison) and what a
+profile is missing.  Plugins add their own findings to their report sections; :func:`rank`
+orders all of them, most important first, which is the order they are numbered in.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from typing import Any
+
+from jobprof.analysis.breakdown import LABELS
+from jobprof.analysis.profile import Profile
+from jobprof.analysis.selection import OPEN, ranges
+from jobprof.files.profdir import iteration_files
+from jobprof.files.timeline import NAME as MASTER
+from jobprof.plugin.types import Finding, Section
+
+#: a part of the iteration worth a finding once its share of the run reaches this
+PART_SHARE = {"profiler": 0.05, "communication_not_overlapped": 0.15, "free": 0.20, "refresh": 0.30}
+#: a rank is a straggler when slower than the ranks' median by this much ...
+STRAGGLER_EXCESS = 0.10
+#: ... in at least this share of the iterations compared
+STRAGGLER_SHARE = 0.5
+#: the first iteration is called warm-up when it takes this many medians
+WARMUP_FACTOR = 3.0
+#: iteration times vary when p95 exceeds the median by this factor
+JITTER_FACTOR = 1.5
+
+_ADVICE = {
+    "profiler": "jobprof's own hand-over at each iteration end, on the training thread (with task_trace "
+    "on, mostly PyTorch's profiler-session swap); task_trace l0 or off, or fewer plugins, lower it",
+    "communication_not_overlapped": "collectives the loop waited for with nothing computing; larger "
+    "DDP buckets, fewer/larger collectives, or overlapping them with compute would help",
+    "free": "time outside forward/backward and the optimizer step (host work between steps: logging, "
+    ".item() syncs, checkpointing, zero_grad)",
+    "refresh": "the optimizer step; a fused/foreach optimizer or fewer parameter groups would help",
+}
+
+
+def _pct(share: float) -> str:
+    return f"{100 * share:.0f}%"
+
+
+def _parts(model: dict[str, Any], stragglers: list[Finding]) -> list[Finding]:
+    out = []
+    late = {f.evidence["rank"] for f in stragglers}
+    for part, threshold in PART_SHARE.items():
+        hit = [(r["share"][part], r) for r in model["ranks"] if (r["share"].get(part) or 0) >= threshold]
+        if not hit:
+            continue
+        share, worst = max(hit, key=lambda sr: sr[0])
+        mean = worst["breakdown_ms"][part]["mean"]
+        iteration = worst["breakdown_ms"]["iteration"]["mean"]
+        ranks = sorted(r["rank"] for _, r in hit)
+        where = f" on rank {worst['rank']}" if len(model["ranks"]) > 1 else ""
+        also = f" (over {threshold:.0%} on ranks {', '.join(map(str, ranks))})" if len(ranks) > 1 else ""
+        advice = _ADVICE[part]
+        if part == "communication_not_overlapped" and late and worst["rank"] not in late:
+            advice = (f"most of it is waiting for rank {', '.join(map(str, sorted(late)))} (the slower "
+                      "rank, see its finding), so making that rank faster helps most")
+        out.append(Finding(
+            part, f"{LABELS[part]}: {_pct(share)} of iteration time{where} (mean {mean:.3f} ms of "
+            f"{iteration:.3f} ms){also}: {advice}",
+            {"rank": worst["rank"], "share": share, "mean_ms": mean, "iteration_mean_ms": iteration,
+             "ranks": ranks}, weight=3 if share >= 2 * threshold else 2))
+    return out
+
+
+def _straggler(model: dict[str, Any]) -> list[Finding]:
+    cross = model.get("cross_rank")
+    if not cross:
+        return []
+    out = []
+    n = cross["iterations_compared"]
+    for rank_key in cross["slowest_count"]:
+        limit = 1 + STRAGGLER_EXCESS
+        slower = sum(1 for e in cross["per_iteration"]
+                     if e["median_ms"] > 0 and e["per_rank_ms"][rank_key] > e["median_ms"] * limit)
+        excess = cross["median_excess"][rank_key]
+        if n and slower / n >= STRAGGLER_SHARE and excess is not None:
+            what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
+            out.append(Finding(
+                "straggler", f"rank {rank_key} is {_pct(excess)} slower than the ranks' median "
+                f"({what}, median over iterations) and over {STRAGGLER_EXCESS:.0%} slower in {slower} of {n} "
+                "iterations; the other ranks wait for it in collectives",
+                {"rank": int(rank_key), "median_excess": excess, "iterations_slower": slower,
+                 "iterations_compared": n, "measure": cross["measure"]}, weight=3))
+    return out
+
+
+def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
+    out: list[Finding] = []
+    jitter: list[Finding] = []
+    for r in model["ranks"]:
+        if r["iterations"]["count"] < 4:
+            continue
+        stats = r["breakdown_ms"]["iteration"]
+        first = next((row for row in model["iterations"] if row["rank"] == r["rank"]), None)
+        who = f"rank {r['rank']}: " if len(model["ranks"]) > 1 else ""
+        # the job's own time: jobprof's part (its start-up, hand-overs) is not the job's warm-up
+        job_ms = first["iteration_ms"] - (first.get("profiler_ms") or 0.0) if first else 0.0
+        if first and first["iteration"] == 1 and job_ms > WARMUP_FACTOR * stats["median"]:
+            out.append(Finding(
+                "warmup", f"{who}iteration 1 took {first['iteration_ms']:.3f} ms, "
+                f"{first['iteration_ms'] / stats['median']:.1f} times the median ({stats['median']:.3f} ms): "
+                "warm-up (first allocations, DataLoader start-up, lazy init); "
+                "`--iterations 2-` leaves it out",
+                {"rank": r["rank"], "iteration_ms": first["iteration_ms"], "median_ms": stats["median"]}))
+        elif stats["p95"] > JITTER_FACTOR * stats["median"]:
+            jitter.append(Finding(
+                "jitter", f"{who}iteration time varies: p95 {stats['p95']:.3f} ms against a median of "
+                f"{stats['median']:.3f} ms; the worst, iteration {stats['worst_iteration']}, took "
+                f"{stats['worst']:.3f} ms",
+                {"rank": r["rank"], "p95_ms": stats["p95"], "median_ms": stats["median"],
+                 "worst_ms": stats["worst"], "worst_iteration": stats["worst_iteration"]}))
+    if jitter:  # one finding, for the rank that varies most; the others are listed
+        top = max(jitter, key=lambda f: f.evidence["p95_ms"] / f.evidence["median_ms"])
+        others = sorted(f.evidence["rank"] for f in jitter if f is not top)
+        text = top.text + (f" (ranks {', '.join(map(str, others))} vary too)" if others else "")
+        out.append(Finding(top.key, text, {**top.evidence, "ranks": sorted([top.evidence["rank"], *others])}))
+    return out
+
+
+def core(model: dict[str, Any]) -> list[Finding]:
+    """Findings from the breakdown and the cross-rank comparison."""
+    stragglers = _straggler(model)
+    found = _parts(model, stragglers) + stragglers + _iteration_shape(model)
+    unfinished = [r["rank"] for r in model["ranks"] if not r["finished"]]
+    if unfinished:
+        found.append(Finding(
+            "unfinished", f"rank(s) {', '.join(map(str, unfinished))} did not finish (no end_info: "
+            "killed or crashed); their data ends at iteration "
+            + ", ".join(str(r["iterations"]["last"]) if r["iterations"]["last"] is not None
+                        else "none (no iteration saved)" for r in model["ranks"] if not r["finished"]),
+            {"ranks": unfinished}, weight=2))
+    return found
+
+
+def rank(own: Iterable[Finding], sections: Iterable[Section]) -> list[Finding]:
+    """Every finding, heaviest first (stable within a weight: the core's, then by section)."""
+    every = list(own) + [f for s in sections for f in s.findings]
+    return sorted(every, key=lambda f: -f.weight)
+
+
+Run = tuple[int, int]
+
+
+def _merged(runs: Iterable[Run]) -> list[Run]:
+    """Inclusive runs sorted, overlapping and adjacent ones joined (never expanded to numbers:
+    a stray index of 2**62 must not cost memory)."""
+    out: list[Run] = []
+    for first, last in sorted(runs):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
+
+
+def _minus(runs: list[Run], cut: list[Run]) -> list[Run]:
+    out = []
+    for first, last in runs:
+        for a, b in cut:
+            if b < first or a > last:
+                continue
+            if a > first:
+                out.append((first, a - 1))
+            first = b + 1
+            if first > last:
+                break
+        if first <= last:
+            out.append((first, last))
+    return out
+
+
+def _text(runs: list[Run]) -> str:
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def _recorded(value: Any, low: int, high: int) -> list[Run]:
+    """An info.json list of ``[first, last]`` runs, within ``[low, high]``; malformed ones skipped."""
+    runs = []
+    for run in value if isinstance(value, list) else ():
+        if isinstance(run, list) and len(run) == 2 and all(type(n) is int for n in run) \
+                and 1 <= run[0] <= run[1] and run[1] >= low and run[0] <= high:
+            runs.append((max(run[0], low), min(run[1], high)))
+    return _merged(runs)
+
+
+def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
+    """A rank's selected iterations that have no raw data (aged, or lost) or no rendered files.
+
+    Named from what the process recorded at its end (info.json ``jobprof.aged``) and from what
+    is on disk, so a process killed before it could record anything is covered too: numbers
+    below the first stored one and between stored ones have no raw data; a stored one without
+    its master timeline (the last file rendered for an iteration) was not rendered.
+    """
+    info = profile.info(r["device"])
+    job = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
+    low, high = profile.selection.iterations or (1, OPEN)
+    notes = []
+    aged = _recorded(job.get("aged"), low, high)
+    absent = [(low, indices[0] - 1)] if indices and indices[0] > low else []
+    absent += [(a + 1, b - 1) for a, b in itertools.pairwise(indices) if b > a + 1]
+    lost = _minus(_merged(absent), aged)
+    if aged:
+        notes.append(f"rank {r['rank']}: iteration(s) {_text(aged)} were deleted by storage ageing "
+                     "(storage_limit, or under 20 MB free disk)")
+    if lost:
+        notes.append(f"rank {r['rank']}: no raw data for iteration(s) {_text(lost)} "
+                     "(aged out by storage_limit, or lost in a crash)")
+    rendered = {f.iteration for f in iteration_files(profile.folder(r["device"]), "timeline", MASTER)}
+    # from the disk, not from info.json's list: `jobprof export` may have rendered them since
+    unrendered = set(indices) - rendered
+    if unrendered:
+        notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(unrendered))} have raw data but "
+                     f"were not rendered (no timeline file): run `jobprof export {profile.path}`")
+    return notes
+
+
+def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
+    """What a reader should know is not in this profile (or not in the selection)."""
+    notes = []
+    world = next((r["world_size"] for r in model["ranks"] if isinstance(r.get("world_size"), int)), None)
+    seen = {profile.rank(d) for d in profile.all_devices} if profile.all_devices else set()
+    if world and len(seen) < world:
+        absent = sorted(set(range(world)) - seen)
+        notes.append(f"world size {world} but {len(seen)} rank folder(s): no data for rank(s) "
+                     f"{', '.join(map(str, absent))} (not profiled, or on another host's output)")
+    if profile.selection.ranks is not None:
+        unknown = sorted(profile.selection.ranks - seen)
+        if unknown:
+            notes.append(f"--rank {', '.join(map(str, unknown))}: no such rank in this profile "
+                         f"(ranks: {', '.join(map(str, sorted(seen)))})")
+    stored: dict[int, list[int]] = {}
+    for row in model.get("iterations") or ():
+        stored.setdefault(row["device"], []).append(row["iteration"])
+    for r in model["ranks"]:
+        its = r["iterations"]
+        if its["count"] == 0:
+            notes.append(f"rank {r['rank']}: no iteration in the selection" if profile.selection.iterations
+                         else f"rank {r['rank']}: no iteration was recorded")
+        if not r["finished"]:
+            saved = (f"its raw data ends at iteration {its['last']}" if its["last"] is not None
+                     else "no iteration's raw data is in the selection" if profile.selection.iterations
+                     else "no iteration's raw data was saved")
+            notes.append(f"rank {r['rank']}: no end_info (the job did not finish); {saved}")
+        notes += _lost(profile, r, sorted(stored.get(r["device"], [])))
+    unseen = {"dp": "no DataLoader was seen", "hccl": "no collective was seen"}
+    for part, source in (("data_wait", "dp"), ("communication_not_overlapped", "hccl")):
+        why: dict[str, list[int]] = {}
+        for r in model["ranks"]:
+            if r["iterations"]["count"] and r["share"].get(part) is None:
+                plugins = (profile.info(r["device"]).get("jobprof") or {}).get("plugins") or []
+                reason = f"{source} was on but {unseen[source]}" if source in plugins else f"{source} was off"
+                why.setdefault(reason, []).append(r["rank"])
+        for reason, unknown in why.items():
+            who = "every rank" if len(unknown) == len(model["ranks"]) else \
+                f"rank(s) {', '.join(map(str, unknown))}"
+            notes.append(f"{LABELS[part]} is N/A on {who} ({reason}): that time is counted in "
+                         "the phase it fell in")
+    return notes

@@ -1,0 +1,145 @@
+"""Read-only view of a PROF_ directory for ``jobprof summary`` / ``report`` and report plugins.
+
+A :class:`Profile` shows only what its :class:`~jobprof.analysis.selection.Selection` keeps (ranks,
+iterations), so every plugin's report section follows ``--rank`` and ``--iterations`` without
+knowing about them.  Reading raw data costs a JSON parse of every iteration line, so the first
+full pass over a device keeps the small streams in memory (``iteration``, ``training_trace``,
+``dp``, ``hccl``, ...): each plugin's section then reads them without another pass.  A stream
+that grows past :data:`LIGHT_RECORDS` on a device (task_trace's ``ops``) is dropped from that
+cache, which keeps memory bounded on long runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from jobprof.analysis.selection import ALL, Selection
+from jobprof.files import rawstore
+from jobprof.files.export import device_dirs
+from jobprof.files.profdir import PROF_RE, info_rank, iteration_files
+from jobprof.plugin.types import Iteration
+
+#: records of one stream on one device above which it is re-read instead of kept
+LIGHT_RECORDS = 50_000
+
+
+def find_prof_dir(path: Path) -> Path:
+    """``path`` itself if it is a PROF_ folder, else the newest PROF_ folder inside it."""
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such directory")
+    if not path.is_dir():
+        raise NotADirectoryError(f"{path}: not a directory (give a PROF_* folder or one holding it)")
+    if PROF_RE.match(path.name):
+        return path
+    found = sorted((p for p in path.iterdir() if PROF_RE.match(p.name) and p.is_dir()),
+                   key=lambda p: p.name[12:29])
+    if not found:
+        raise FileNotFoundError(f"no PROF_* directory in {path}")
+    return found[-1]
+
+
+class Profile:
+    def __init__(self, path: Path, selection: Selection = ALL) -> None:
+        self.path = find_prof_dir(Path(path))
+        self.selection = selection
+        every = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
+        self._info: dict[int, dict[str, Any]] = {}
+        self._finished: dict[int, bool] = {}
+        self._all_devices = sorted(every)
+        self._folders = every
+        self._devices = {dev: d for dev, d in every.items() if selection.has_rank(self._rank(dev, d))}
+        # device -> stream -> tagged records; devices whose light streams are all cached
+        self._cache: dict[int, dict[str, list[Any]]] = {}
+        self._heavy: dict[int, set[str]] = {}
+        self._complete: set[int] = set()
+
+    # -- devices and ranks ----------------------------------------------------------------
+    @property
+    def devices(self) -> list[int]:
+        """The selected devices (one per rank), in id order."""
+        return sorted(self._devices)
+
+    @property
+    def all_devices(self) -> list[int]:
+        """Every device folder, selected or not."""
+        return list(self._all_devices)
+
+    def _rank(self, device: int, folder: Path) -> int:
+        rank = info_rank(self._read_info(device, folder))
+        return device if rank is None else rank
+
+    def rank(self, device: int) -> int:
+        """The job rank that wrote ``device`` (``rank_id`` in info.json; the device id without one)."""
+        return self._rank(device, self._folders[device])
+
+    def _read_info(self, device: int, folder: Path) -> dict[str, Any]:
+        if device not in self._info:  # a missing or unusable info.json (reported) reads as empty
+            self._info[device] = rawstore.read_info(folder / f"info.json.{device}") or {}
+        return self._info[device]
+
+    def info(self, device: int) -> dict[str, Any]:
+        return self._read_info(device, self._devices[device])
+
+    def finished(self, device: int) -> bool:
+        if device not in self._finished:
+            end = rawstore.read_end(self._devices[device] / f"end_info.{device}")
+            self._finished[device] = end is not None
+        return self._finished[device]
+
+    def folder(self, device: int) -> Path:
+        return self._devices[device]
+
+    # -- raw data -------------------------------------------------------------------------
+    def iterations(self, device: int) -> list[Iteration]:
+        return [Iteration.from_record(r) for r in self.records(rawstore.ITERATION_STREAM, device)]
+
+    def streams(self, device: int) -> Iterator[tuple[int, dict[str, list[Any]]]]:
+        """Each selected iteration's raw streams as stored, ``(index, {stream: records})``: for
+        streams whose records are lists (``ops``) or when an iteration's streams are read together.
+        A complete pass also fills the cache :meth:`records` reads from."""
+        filling = device not in self._complete
+        cache: dict[str, list[Any]] = {}
+        heavy: set[str] = set()
+        for index, streams in rawstore.read(self._devices[device]):
+            if not self.selection.has_iteration(index):
+                continue
+            if filling:
+                for stream, records in streams.items():
+                    if stream in heavy:
+                        continue
+                    kept = cache.setdefault(stream, [])
+                    kept.extend({**r, "_device": device, "_iteration": index} if isinstance(r, dict)
+                                else r for r in records)
+                    if len(kept) > LIGHT_RECORDS:
+                        heavy.add(stream)
+                        del cache[stream]
+            yield index, streams
+        if filling:
+            self._cache[device], self._heavy[device] = cache, heavy
+            self._complete.add(device)
+
+    def records(self, stream: str, device: int | None = None) -> Iterator[dict[str, Any]]:
+        """Every selected raw record of ``stream``, tagged with ``_device`` and ``_iteration``."""
+        for dev in [device] if device is not None else self.devices:
+            if dev in self._complete and stream not in self._heavy[dev]:
+                yield from self._cache[dev].get(stream, ())
+                continue
+            for index, streams in self.streams(dev):
+                for record in streams.get(stream, ()):
+                    yield {**record, "_device": dev, "_iteration": index} if isinstance(record, dict) \
+                        else record
+
+    # -- rendered files -------------------------------------------------------------------
+    def summary_files(self, device: int, name: str) -> list[Path]:
+        """The selected iterations' ``summary/<name>_<dev>_<model>_<iter>.csv`` files."""
+        return self._files(device, "summary", name)
+
+    def timeline_files(self, device: int, name: str) -> list[Path]:
+        """The selected iterations' ``timeline/<name>_<dev>_<model>_<iter>.json`` files."""
+        return self._files(device, "timeline", name)
+
+    def _files(self, device: int, folder: str, name: str) -> list[Path]:
+        return [f.path for f in iteration_files(self._devices[device], folder, name)
+                if self.selection.has_iteration(f.iteration)]

@@ -1,0 +1,49 @@
+"""What every command shares: a plugin manager and its reporter."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from jobprof.analysis.selection import Selection
+from jobprof.cli.progress import progress
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.reporter import Reporter
+
+
+def new_manager() -> tuple[PluginManager, Reporter]:
+    reporter = Reporter()
+    return PluginManager(reporter), reporter
+
+
+def progress_for() -> Callable[[Iterable[Any], int | None, str], Iterable[Any]]:
+    """A progress callback for :func:`jobprof.analysis.summary.summarize` (a bar on a terminal only)."""
+    return lambda items, total, desc: progress(items, total=total, desc=desc, unit="iteration")
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a rank number or R1,R2, got {text!r}") from None
+
+
+def add_prof_dir(p: argparse.ArgumentParser) -> None:
+    """The ``prof_dir`` argument of every command that reads one profile."""
+    p.add_argument("prof_dir", type=Path, help="a PROF_* directory, or an output folder holding one")
+
+
+def add_selection(p: argparse.ArgumentParser, iterations_help: str = "") -> None:
+    """``--iterations`` and ``--rank``, the same for every command that reads a profile."""
+    p.add_argument("--iterations", metavar="A-B",
+                   help=iterations_help or "only these iterations: 5-20, 5-, -20 or 7")
+    p.add_argument("--rank", type=_ranks, action="append", metavar="R",
+                   help="only rank R (rank_id in info.json, else the device id); repeat or R1,R2 for several")
+
+
+def selection(args: argparse.Namespace, iterations: str | None = None) -> Selection:
+    """The selection the arguments ask for (ValueError names a bad ``--iterations``)."""
+    ranks = None if args.rank is None else [r for group in args.rank for r in group]
+    return Selection(args.iterations if iterations is None else iterations, ranks)

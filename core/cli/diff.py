@@ -1,0 +1,138 @@
+"""``jobprof diff PROF_A PROF_B``: iteration time and per-operator comparison of two profiles.
+
+A one-line verdict, then tables (iteration time and its parts, every operator type, every
+collective), or the model of :mod:`jobprof.analysis.diff` with ``--json`` (stable keys).  ``--rank`` and
+``--iterations`` narrow both sides; ``--iterations-b`` narrows B differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from jobprof.analysis import breakdown, diff
+from jobprof.analysis.selection import narrowed
+from jobprof.cli._common import add_selection, new_manager, progress_for, selection
+
+#: operator / collective rows shown on a terminal without --top
+TOP = 20
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("diff", help="compare two profiles (before / after): iteration time, its parts, "
+                                    "every operator type and collective, per iteration")
+    p.add_argument("prof_a", type=Path, help="profile A (before): a PROF_* directory or a folder holding one")
+    p.add_argument("prof_b", type=Path, help="profile B (after)")
+    add_selection(p, "only these iterations (both sides): 5-20, 5-, -20 or 7")
+    p.add_argument("--iterations-b", metavar="A-B",
+                   help="B's iterations when they differ from A's (default: --iterations)")
+    p.add_argument("--per-rank", action="store_true",
+                   help="tables per rank (ranks matched by rank id) instead of all ranks pooled")
+    p.add_argument("--top", type=int, metavar="N",
+                   help=f"operator and collective rows to show (default {TOP} on a terminal; "
+                        "all with --json)")
+    p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see README)")
+    p.set_defaults(func=run)
+
+
+def _f(value: float | None, digits: int = 3, sign: bool = False) -> str:
+    if value is None:
+        return "N/A"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _get(entry: dict[str, Any] | None, key: str) -> float | None:
+    return None if entry is None else entry.get(key)
+
+
+def _side(name: str, side: dict[str, Any]) -> str:
+    per_rank = ", ".join(f"rank {r}: {n}" for r, n in side["iterations_per_rank"].items())
+    sel = narrowed(side["selection"])
+    return (f"{name}: {side['prof_dir']}  ({len(side['ranks'])} rank(s), {side['iterations']} iteration(s): "
+            f"{per_rank}{'; ' + sel if sel else ''})")
+
+
+def render(model: dict[str, Any], top: int | None) -> str:
+    """The model as terminal text."""
+    per_rank = model["scope"] == "per_rank"
+    out = [_side("A", model["a"]), _side("B", model["b"]), "", model["verdict"]]
+    rows = [[*([r["rank"] if r["rank"] is not None else "all"] if per_rank else []),
+             breakdown.LABELS[r["part"]],
+             _f(_get(r["a"], "mean")), _f(_get(r["a"], "median")), _f(_get(r["a"], "p95")),
+             _f(_get(r["b"], "mean")), _f(_get(r["b"], "median")), _f(_get(r["b"], "p95")),
+             _f(r["delta_ms"], sign=True), _f(r["delta_pct"], 1, sign=True), r["change"]]
+            for r in model["iteration"]]
+    out += ["", "Iteration time (ms; Δ of the median)",
+            tabulate(rows, headers=[*(["rank"] if per_rank else []), "", "A mean", "A median", "A p95",
+                                    "B mean", "B median", "B p95", "Δ ms", "Δ %", "change"],
+                     disable_numparse=True)]
+    limit = TOP if top is None else top
+    ops = model["operators"]
+    if ops:
+        shown = ops[:limit]
+        rows = [[*([r["rank"]] if per_rank else []), r["op_type"], r["core_type"],
+                 _f(_get(r["a"], "calls_per_iteration"), 2), _f(_get(r["b"], "calls_per_iteration"), 2),
+                 _f(r["delta_calls_per_iteration"], 2, sign=True),
+                 _f(_get(r["a"], "ms_per_iteration")), _f(_get(r["b"], "ms_per_iteration")),
+                 _f(r["delta_ms_per_iteration"], sign=True), _f(r["delta_pct"], 1, sign=True),
+                 _f(_get(r["a"], "us_per_call"), 1), _f(_get(r["b"], "us_per_call"), 1), r["change"]]
+                for r in shown]
+        out += ["", f"Operator types per iteration of one rank (A: {model['a']['op_statistic_files']}, "
+                    f"B: {model['b']['op_statistic_files']} op_statistic files; {len(shown)} of {len(ops)} "
+                    "by |Δ ms|)",
+                tabulate(rows, headers=[*(["rank"] if per_rank else []), "OP Type", "Core Type", "A calls",
+                                        "B calls", "Δ calls", "A ms", "B ms", "Δ ms", "Δ %", "A µs/call",
+                                        "B µs/call", "change"], disable_numparse=True)]
+    colls = model["collectives"]
+    if colls:
+        shown = colls[:limit]
+        rows = [[*([r["rank"]] if per_rank else []), r["op"], r["group"],
+                 _f(_get(r["a"], "calls_per_iteration"), 2), _f(_get(r["b"], "calls_per_iteration"), 2),
+                 _f(_get(r["a"], "mb_per_iteration")), _f(_get(r["b"], "mb_per_iteration")),
+                 _f(_get(r["a"], "ms_per_iteration")), _f(_get(r["b"], "ms_per_iteration")),
+                 _f(r["delta_ms_per_iteration"], sign=True), _f(r["delta_pct"], 1, sign=True), r["change"]]
+                for r in shown]
+        out += ["", f"Collectives per iteration of one rank ({len(shown)} of {len(colls)} by |Δ ms|)",
+                tabulate(rows, headers=[*(["rank"] if per_rank else []), "op", "group", "A calls", "B calls",
+                                        "A MB", "B MB", "A ms", "B ms", "Δ ms", "Δ %", "change"],
+                         disable_numparse=True)]
+    t = model["thresholds"]
+    notes = [*model["notes"],
+             f"a change is slower/faster only beyond {100 * t['relative']:.0f}% and {t['iteration_ms']} ms "
+             f"(iteration, parts: median) or {t['operator_ms']} ms per iteration (operators, collectives)"]
+    out += [""] + [f"  note: {n}" for n in notes]
+    return "\n".join(out)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.top is not None and args.top < 0:
+        print("jobprof: error: --top must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        sel_a = selection(args)
+        sel_b = selection(args, args.iterations_b) if args.iterations_b is not None else sel_a
+        manager, _ = new_manager()
+        manager.load_entry_points()
+        a = diff.load(args.prof_a, sel_a, manager, progress_for())
+        b = diff.load(args.prof_b, sel_b, manager, progress_for())
+        model = diff.compare(a, b, per_rank=args.per_rank)
+    except (diff.DiffError, FileNotFoundError, NotADirectoryError) as exc:  # nothing usable to compare
+        print(f"jobprof: error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # a bad --iterations / --rank
+        print(f"jobprof: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        if args.top is not None:
+            model["operators"] = model["operators"][:args.top]
+            if model["collectives"] is not None:
+                model["collectives"] = model["collectives"][:args.top]
+        print(json.dumps(model, indent=2))
+    else:
+        print(render(model, args.top))
+    return 0

@@ -1,0 +1,78 @@
+"""``jobprof export``: re-render timeline/ and summary/ files from raw data."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jobprof.analysis import cann8
+from jobprof.analysis.merge import MergeError
+from jobprof.analysis.profile import find_prof_dir
+from jobprof.cli._common import add_prof_dir, new_manager
+from jobprof.cli.progress import bar
+from jobprof.files import export, rawstore
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="re-render timeline/ and summary/ files from raw data (idempotent)")
+    add_prof_dir(p)
+    p.add_argument("--layout", choices=("old", "cann8"), default="old",
+                   help="old: per-iteration files under device_<id>/ (CANN 6/7); cann8: also "
+                        f"{cann8.FOLDER}/<name>_<timestamp>.csv|json with every device and iteration "
+                        "(CANN 8+, what msprof-analyze and MindStudio Insight read)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    prof = find_prof_dir(args.prof_dir)
+    manager, _ = new_manager()
+    manager.load_entry_points()
+    devices = export.device_dirs(prof)
+    if not devices:
+        print(f"jobprof: error: {prof} has no device_<id> folders", file=sys.stderr)
+        return 1
+    status = 0
+    unusable = exported = 0
+    for device_dir in devices:
+        with bar(total=_stored_iterations(device_dir), desc=device_dir.name, unit="iteration") as shown:
+            result = export.export_device(device_dir, manager, lambda _done: shown.update(1))
+        finished = any(device_dir.glob("end_info.*"))
+        print(f"{device_dir}: {result.iterations} iteration(s), {result.files} file(s)"
+              + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
+        exported += result.iterations
+        for problem in result.problems:
+            print(f"  problem: {problem}", file=sys.stderr)
+        # a device whose metadata cannot be read (named above) costs only itself, unless all do;
+        # any other problem (a writer failed, a folder refused) fails the command
+        unreadable = bool(result.problems) and all("unreadable metadata" in p for p in result.problems)
+        if result.problems and not unreadable:
+            status = 1
+        unusable += unreadable
+    if unusable and not exported:
+        status = 1
+    if args.layout == "cann8":
+        try:
+            with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:
+                assembled = cann8.assemble(prof, advance=shown.update)
+        except MergeError as exc:  # an unreadable timeline: named, the per-device files stay
+            print(f"jobprof: error: {cann8.FOLDER} not written: {exc}", file=sys.stderr)
+            return 1
+        print("\n".join(cann8.describe(assembled)))
+        for note in assembled.problems:
+            print(f"  note: {note}", file=sys.stderr)
+    return status
+
+
+def _stored_iterations(device_dir: Path) -> int | None:
+    """About how many iterations the raw segments hold (their complete lines), for the bar's
+    total; counted in blocks without parsing, so it costs a read of the data, not a decode."""
+    lines = 0
+    try:
+        for segment in rawstore.segments(device_dir):
+            with open(segment, "rb") as handle:
+                while block := handle.read(1 << 20):
+                    lines += block.count(b"\n")
+    except OSError:
+        return None
+    return lines

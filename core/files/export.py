@@ -1,0 +1,146 @@
+"""Renders the per-iteration timeline/summary files from raw records.
+
+Used in the profiled process (by the sink thread, from records still in memory) and offline
+by ``jobprof export PROF_DIR`` (from ``device_<id>/data``).  Rendering is deterministic, so
+exporting twice gives the same files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from jobprof.files import rawstore, timeline
+from jobprof.files.fsio import atomic_write, make_dirs
+from jobprof.files.profdir import DEVICE_RE
+from jobprof.plugin.clock import ClockAnchor, own_base
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.types import Config, ExportContext, Iteration, MetricSet, WriterSpec
+
+
+@attrs.frozen
+class DeviceMeta:
+    """What export needs to know about one device folder (from its metadata files)."""
+
+    device_id: int
+    pid: int
+    anchor: ClockAnchor
+    config: Config | None
+    program: str = ""
+    #: the calibration the profiled process recorded (info.json ``jobprof.calibration``)
+    machine: Mapping[str, Any] = attrs.field(factory=dict)
+    metrics: MetricSet | None = None
+    #: rank_id, world_size, backend of the process (info.json), ``N/A`` outside a distributed job
+    job: Mapping[str, Any] = attrs.field(factory=dict)
+    #: the job's time base (info.json ``jobprof.time_base_ns``; see jobprof.plugin.clock)
+    time_base_ns: int | None = None
+
+
+#: the name writers of the core itself are listed under (the master timeline)
+CORE = "jobprof"
+
+
+def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str, WriterSpec]]:
+    """Every plugin's writers, then the core's master timeline (built from every plugin)."""
+    specs = [(plugin, spec) for plugin, specs in manager.call("jobprof_writers", config=config)
+             for spec in specs]
+    master = WriterSpec(timeline.NAME, "json", partial(timeline.render_master, manager),
+                        "master timeline: the tracks of every plugin")
+    return [*specs, (CORE, master)]
+
+
+def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, list[Any]],
+                     writers: Iterable[tuple[str, WriterSpec]],
+                     on_error: Callable[[str, str], None]) -> list[tuple[Path, int]]:
+    """Write every writer's file for one iteration; returns (path, bytes) per file."""
+    iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
+    ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
+                        meta.program, meta.metrics, meta.machine, job=meta.job,
+                        time_base_ns=meta.time_base_ns)
+    written = []
+    for plugin, spec in writers:
+        try:
+            text = spec.render(ctx)
+        except Exception as exc:
+            on_error(plugin, f"writer '{spec.name}' raised {type(exc).__name__}: {exc}")
+            continue
+        if text is None:
+            continue
+        path = device_dir / spec.folder / spec.filename(meta.device_id, iteration.model_id, iteration.index)
+        # root: the PROF_ folder; a symlinked device/summary/timeline folder is refused
+        written.append((path, atomic_write(path, text, root=device_dir.parent)))
+    return written
+
+
+def read_meta(device_dir: Path) -> DeviceMeta:
+    """Load the device's id, pid, clock anchor and recorded options from its metadata."""
+    device_id = int(DEVICE_RE.match(device_dir.name).group(1))
+    # through the readers' checks (rawstore), which name a present but unusable file
+    start = rawstore.read_start(device_dir / f"start_info.{device_id}")
+    info = rawstore.read_info(device_dir / f"info.json.{device_id}")
+    unusable = [name for name, got in ((f"start_info.{device_id}", start), (f"info.json.{device_id}", info))
+                if got is None]
+    if unusable:
+        raise ValueError(f"{' and '.join(unusable)} missing or unusable")
+    own = info.get("jobprof", {})
+    options = own.get("options")
+    config = Config(options, explicit=own.get("explicit", [])) if options else None
+    job = {"rank_id": info.get("rank_id", "N/A"), "world_size": own.get("world_size", "N/A"),
+           "backend": own.get("backend", "N/A")}
+    anchor = ClockAnchor.from_info(start)
+    base = own.get("time_base_ns")
+    # a profile written before the base was recorded: the process's own (its anchor's second)
+    base = base if isinstance(base, int) and not isinstance(base, bool) else own_base(anchor)
+    return DeviceMeta(device_id, int(info.get("pid", 0)), anchor, config,
+                      str(info.get("pid_name", "")), own.get("calibration") or {}, job=job,
+                      time_base_ns=base)
+
+
+def with_metrics(meta: DeviceMeta, manager: PluginManager) -> DeviceMeta:
+    """The device's metadata with the metric set its options chose (``aic_metrics``)."""
+    if meta.config is None:
+        return meta
+    answer = manager.metric_set(meta.config.get("aic_metrics"))
+    return attrs.evolve(meta, metrics=answer[1]) if answer else meta
+
+
+@attrs.frozen
+class ExportResult:
+    device_dir: Path
+    iterations: int
+    files: int
+    problems: tuple[str, ...] = ()
+
+
+def export_device(device_dir: Path, manager: PluginManager,
+                  progress: Callable[[int], None] | None = None) -> ExportResult:
+    """Re-render every iteration whose raw data is present in one device folder."""
+    try:
+        meta = read_meta(device_dir)
+    except (OSError, ValueError, KeyError, AttributeError) as exc:
+        return ExportResult(device_dir, 0, 0, (f"{device_dir}: unreadable metadata ({exc})",))
+    problems: list[str] = []
+    files = iterations = 0
+    try:  # a folder that is a symbolic link (fsio.UnsafePath) or unwritable stops this device only
+        for sub in ("timeline", "summary"):
+            make_dirs(device_dir / sub, root=device_dir.parent)
+        meta = with_metrics(meta, manager)
+        writers = writers_for(manager, meta.config)
+        for _, streams in rawstore.read(device_dir):
+            iterations += 1
+            files += len(render_iteration(device_dir, meta, streams, writers,
+                                          lambda p, m: problems.append(f"plugin '{p}': {m}")))
+            if progress:
+                progress(iterations)
+    except OSError as exc:
+        problems.append(f"export of {device_dir.name} stopped: {exc.strerror or exc}")
+    return ExportResult(device_dir, iterations, files, tuple(problems))
+
+
+def device_dirs(prof_dir: Path) -> list[Path]:
+    return sorted((p for p in prof_dir.iterdir() if DEVICE_RE.match(p.name) and p.is_dir()),
+                  key=lambda p: int(p.name.split("_")[1]))

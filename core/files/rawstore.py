@@ -1,0 +1,455 @@
+"""Raw data: one JSON line per finished iteration, appended to ``device_<id>/data/`` segments.
+
+Each line is ``{"index": <iteration>, "streams": {"iteration": [...], "<stream>": [...]}}``:
+the core's own stream ``iteration`` holds the :class:`~jobprof.plugin.types.Iteration` record, each
+plugin's records go under the streams it names.  Lines are appended with ``write()`` on an
+``O_APPEND`` descriptor (the sink batches them, see ``jobprof.runtime.sink``): once the call returns,
+those iterations survive any crash of the process, SIGKILL included.  That costs one small
+syscall per batch instead of a file (open, write, rename) per stream and iteration, which is
+what keeps the step tier cheap.  A line torn by a power loss or a full disk is skipped by
+readers.  Segments ``raw.<first iteration:09d>.jsonl`` hold up to
+``SEGMENT_ITERATIONS`` iterations, so storage ageing can delete whole, old segments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from jobprof.files import fsio
+
+ITERATION_STREAM = "iteration"
+#: jobprof's own work inside the iteration, in the job's time: ``[[start_ns, end_ns], ...]``
+#: (hand-overs at iteration ends, what ``Session.record_own`` was told), each span in the raw line
+#: of the iteration it lies in; an empty list says 0, not N/A
+PROFILER_STREAM = "profiler"
+SEGMENT_ITERATIONS = 100
+SEGMENT_BYTES = 8 * 1024 * 1024
+_SEGMENT_RE = re.compile(r"^raw\.(\d{9})\.jsonl$")
+
+
+@attrs.frozen
+class Written:
+    """Where one iteration's line went (enough to read it back without a scan)."""
+
+    segment: Path
+    offset: int
+    length: int
+    new_segment: bool
+
+
+class RawWriter:
+    """Appends iteration lines; not thread-safe (one writer per process)."""
+
+    def __init__(self, device_dir: Path) -> None:
+        self.data = device_dir / "data"
+        self._fd: int | None = None
+        self.segment: Path | None = None
+        self._count = 0
+        self._size = 0
+        self._fresh = False
+
+    def append_many(self, batch: list[tuple[int, Mapping[str, list[Any]]]],
+                    on_bad_stream: Callable[[str, Exception], None] | None = None) -> list[Written]:
+        """Append several iterations; lines sharing a segment go out in one ``write()``."""
+        out: list[Written] = []
+        pending: list[tuple[int, bytes]] = []
+        for index, streams in batch:
+            if self._fd is None or self._count + len(pending) >= SEGMENT_ITERATIONS \
+                    or self._size >= SEGMENT_BYTES:
+                out.extend(self._write(pending))
+                pending = []
+                self._rotate(index)
+                self._fresh = True
+            pending.append((index, self._encode(index, streams, on_bad_stream)))
+        out.extend(self._write(pending))
+        return out
+
+    def _write(self, lines: list[tuple[int, bytes]]) -> list[Written]:
+        if not lines:
+            return []
+        blob = b"".join(line for _, line in lines)
+        written = os.write(self._fd, blob)
+        if written != len(blob):  # a short write to a regular file means the disk is full
+            raise OSError(28, f"short write ({written} of {len(blob)} bytes)")
+        self._check_alive()
+        out, offset = [], self._size
+        for _, line in lines:
+            out.append(Written(self.segment, offset, len(line), self._fresh))
+            self._fresh = False
+            offset += len(line)
+        self._count += len(lines)
+        self._size += written
+        return out
+
+    def _check_alive(self) -> None:
+        if os.fstat(self._fd).st_nlink == 0:  # writes into a deleted file would vanish
+            raise OSError(2, f"{self.segment} was deleted while the job ran")
+
+    def _encode(self, index: int, streams: Mapping[str, list[Any]],
+                on_bad_stream: Callable[[str, Exception], None] | None) -> bytes:
+        try:  # the common case: one encode for the whole line
+            body = json.dumps(streams, separators=(",", ":"))
+        except (TypeError, ValueError):
+            if on_bad_stream is None:
+                raise
+            body = "{" + ",".join(self._encodable(streams, on_bad_stream)) + "}"
+        return f'{{"index":{index},"streams":{body}}}\n'.encode()
+
+    def append(self, index: int, streams: Mapping[str, list[Any]],
+               on_bad_stream: Callable[[str, Exception], None] | None = None) -> Written:
+        """Write one iteration.  A stream that is not JSON-serialisable is left out and handed
+        to ``on_bad_stream`` (its plugin's fault, not the other streams'); OSError propagates."""
+        return self.append_many([(index, streams)], on_bad_stream)[0]
+
+    @staticmethod
+    def _encodable(streams: Mapping[str, list[Any]],
+                   on_bad_stream: Callable[[str, Exception], None]) -> Iterator[str]:
+        for stream, records in streams.items():
+            try:
+                yield f"{json.dumps(stream)}:{json.dumps(records, separators=(',', ':'))}"
+            except (TypeError, ValueError) as exc:
+                on_bad_stream(stream, exc)
+
+    def _rotate(self, index: int) -> None:
+        self.close()
+        self.segment = self.data / f"raw.{index:09d}.jsonl"
+        # through no symlinked PROF_/device/data folder, onto no planted link, FIFO or device
+        self._fd = fsio.open_append(self.segment, root=self.data.parent.parent)
+        self._count = 0
+        self._size = os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def segments(device_dir: Path) -> list[Path]:
+    data = device_dir / "data"
+    if not data.is_dir():
+        return []
+    return sorted(p for p in data.iterdir() if _SEGMENT_RE.match(p.name) and p.is_file())
+
+
+# --- reading: the one layer every command reads raw data and metadata through ----------------
+# A PROF_ directory may have been cut by a crash, edited by hand or written by someone else:
+# readers take only lines, records and metadata files of the shape jobprof writes, drop the rest
+# and say so (one message per file, with a count and the first problem), and go on.
+
+#: where read problems go while a command runs (see :func:`reporting`); nowhere otherwise
+_PROBLEMS: ContextVar[Callable[[str], None] | None] = ContextVar("jobprof_read_problems", default=None)
+#: the largest integer jobprof writes (ns since boot, epoch ns, iteration numbers): int64
+INT_MAX = (1 << 63) - 1
+
+
+@contextlib.contextmanager
+def reporting(sink: Callable[[str], None]) -> Iterator[None]:
+    """Send every problem the readers find while the block runs to ``sink`` (one line each)."""
+    token = _PROBLEMS.set(sink)
+    try:
+        yield
+    finally:
+        _PROBLEMS.reset(token)
+
+
+def problem(text: str) -> None:
+    """Report one read problem (a file named, what is wrong with it and what was done)."""
+    sink = _PROBLEMS.get()
+    if sink is not None:
+        sink(text)
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT_MAX
+
+
+def _show(value: Any) -> str:
+    """A value in a problem message: JSON-ish, one line, short (never a Python repr)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True)
+    except (TypeError, ValueError, RecursionError):
+        text = type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+             int: "an integer", float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+#: the core's iteration record (jobprof.plugin.types.Iteration.to_record): field -> (types, required)
+_ITERATION_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
+    "index": ((int,), True), "start_ns": ((int,), True), "end_ns": ((int,), True),
+    "method": ((str,), True), "fp_start_ns": ((int, type(None)), False),
+    "bp_end_ns": ((int, type(None)), False), "skipped": ((bool,), False), "model_id": ((int,), False)}
+
+
+class Digits:
+    """A field type: a non-negative int64, or its decimal digits as a string (start_info's form)."""
+
+
+class Strings:
+    """A field type: a list of strings."""
+
+
+def _field_ok(value: Any, types: tuple[type, ...]) -> bool:
+    if Digits in types and (_int(value) or (isinstance(value, str) and value.isascii() and value.isdigit()
+                                            and len(value) <= 19 and int(value) <= INT_MAX)):
+        return True
+    if Strings in types and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return True
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and int in types:
+        return _int(value)
+    return isinstance(value, tuple(t for t in types if t not in (Digits, Strings)))
+
+
+def _want(types: tuple[type, ...]) -> str:
+    names = {Digits: "a non-negative integer (or its digits)", Strings: "a list of strings",
+             int: "a non-negative integer", type(None): "null"}
+    return " or ".join(names.get(t) or _kind(t()) for t in types)
+
+
+def fields_problem(record: Mapping[str, Any], fields: Mapping[str, tuple[tuple[type, ...], bool]],
+                   what: str) -> str | None:
+    """What is wrong with ``record`` against ``fields`` (name -> (allowed types, required)), or
+    None; integers must be non-negative int64 values (what jobprof writes), never booleans."""
+    for name, (types, required) in fields.items():
+        if name not in record:
+            if required:
+                return f"{what} has no {name}"
+            continue
+        if not _field_ok(record[name], types):
+            return f"{what} {name} is {_show(record[name])}, not {_want(types)}"
+    return None
+
+
+def _line_problem(record: Any) -> tuple[tuple[int, dict[str, list[Any]]] | None, str | None]:
+    """``((index, streams), None)`` for a good line, ``((index, streams), note)`` when records
+    were dropped from it, ``(None, problem)`` for a line that is not an iteration."""
+    if not isinstance(record, dict):
+        return None, f"{_kind(record)}, not an object"
+    if "index" not in record or "streams" not in record:
+        return None, f"no {'index' if 'index' not in record else 'streams'}"
+    index, streams = record["index"], record["streams"]
+    if not _int(index):
+        return None, f"index is {_show(index)}, not a non-negative integer"
+    if not isinstance(streams, dict):
+        return None, f"streams is {_kind(streams)}, not an object"
+    its = streams.get(ITERATION_STREAM)
+    if not isinstance(its, list) or not its:
+        return None, f"no {ITERATION_STREAM} record" if its is None else \
+            f"streams.{ITERATION_STREAM} is {_show(its)}, not a list of one record"
+    if not isinstance(its[0], dict):
+        return None, f"{ITERATION_STREAM} record is {_show(its[0])}, not an object"
+    wrong = fields_problem(its[0], _ITERATION_FIELDS, f"{ITERATION_STREAM} record")
+    if wrong is None and its[0]["end_ns"] < its[0]["start_ns"]:
+        wrong = f"{ITERATION_STREAM} record ends (end_ns) before it starts (start_ns)"
+    if wrong:
+        return None, wrong
+    kept: dict[str, list[Any]] = {}
+    dropped: list[str] = []
+    for name, records in streams.items():
+        if not isinstance(records, list):
+            dropped.append(f"stream {name!s:.40} is {_kind(records)}, not a list")
+            continue
+        if name == PROFILER_STREAM:  # the core's own: [[start_ns, end_ns], ...]
+            good = [r for r in records if isinstance(r, list) and len(r) == 2 and all(map(_int, r))
+                    and r[0] <= r[1]]
+        elif name == ITERATION_STREAM:
+            good = records[:1]
+        elif all(isinstance(r, (dict, list)) for r in records):  # a plugin's, the common case
+            good = records
+        else:  # a plugin's: objects (or lists, e.g. task_trace ops), its own fields
+            good = [r for r in records if isinstance(r, (dict, list))]
+        if len(good) != len(records):
+            dropped.append(f"{len(records) - len(good)} bad record(s) of stream {name!s:.40}")
+        kept[name] = good
+    return (index, kept), "; ".join(dropped) or None
+
+
+def _load_line(line: bytes) -> Any:
+    try:
+        return json.loads(line)
+    except RecursionError:  # nesting deeper than the parser's stack: not a line jobprof wrote
+        raise ValueError("nested too deeply") from None
+
+
+def _parse(line: bytes) -> tuple[int, dict[str, list[Any]]] | None:
+    """One line's ``(index, streams)``, or None when it is not a valid iteration line."""
+    try:
+        parsed, _ = _line_problem(_load_line(line))
+    except ValueError:
+        return None  # a torn last line (power loss, full disk): that iteration is lost
+    return parsed
+
+
+class _FileProblems:
+    """The problems of one file, reported as one message: how many, and the first few."""
+
+    SHOWN = 3
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.count, self.first = path, 0, []  # type: ignore[var-annotated]
+
+    def add(self, where: str, text: str) -> None:
+        self.count += 1
+        if len(self.first) < self.SHOWN:
+            self.first.append(f"{where}: {text}")
+
+    def report(self, what: str) -> None:
+        if self.count:
+            more = f"; and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
+            problem(f"{self.path}: {self.count} {what} ({'; '.join(self.first)}{more})")
+
+
+def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
+    """Every complete iteration on disk, in order: ``(index, {stream: records})``.
+
+    Streams one segment at a time, so memory stays bounded by a segment.  A line that is not a
+    valid iteration line is left out (a last line cut without its newline silently: that is
+    what a crash leaves), and so are bad records inside a good line; each segment's problems
+    are reported once (:func:`reporting`).
+    """
+    for segment in segments(device_dir):
+        bad, trimmed = _FileProblems(segment), _FileProblems(segment)
+        try:
+            handle = open(segment, "rb")  # noqa: SIM115 (closed by the with below; the open may fail alone)
+        except OSError as exc:
+            problem(f"{segment}: cannot read ({exc.strerror or exc}): its iterations are left out")
+            continue
+        with handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    parsed, note = _line_problem(_load_line(line))
+                except ValueError as exc:
+                    if line.endswith(b"\n"):
+                        bad.add(f"line {number}", f"not JSON ({str(exc)[:60]})")
+                    continue
+                if parsed is None:
+                    bad.add(f"line {number}", note or "not an iteration line")
+                    continue
+                if note:
+                    trimmed.add(f"line {number}", note)
+                yield parsed
+        bad.report("line(s) left out, not iteration lines")
+        trimmed.report("line(s) with records left out")
+
+
+def read_object(path: Path, fields: Mapping[str, tuple[tuple[type, ...], bool]] | None = None,
+                what: str = "") -> dict[str, Any] | None:
+    """A metadata file (info.json, start_info, end_info) that must be one JSON object: the
+    object, with fields of the wrong type (``fields``: name -> (types, required)) reported and
+    left out; None, reported, when the file is unreadable, not JSON, not an object or lacks a
+    required field; None, silently, when it does not exist (the caller decides what that means)."""
+    try:
+        data = _load_line(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        problem(f"{path}: cannot read ({exc.strerror or exc}){what}")
+        return None
+    except ValueError as exc:
+        problem(f"{path}: not valid JSON ({str(exc)[:60]}){what}")
+        return None
+    if not isinstance(data, dict):
+        problem(f"{path}: holds {_kind(data)}, not a JSON object{what}")
+        return None
+    for name, (types, required) in (fields or {}).items():
+        wrong = fields_problem(data, {name: (types, required)}, "field")
+        if wrong is None:
+            continue
+        if required:
+            problem(f"{path}: {wrong}{what}")
+            return None
+        problem(f"{path}: {wrong}: ignored")
+        del data[name]
+    return data
+
+
+#: start_info.<dev> / end_info.<dev> (jobprof.plugin.clock.ClockAnchor.info): the clock pair, as strings
+START_FIELDS = {"collectionTimeBegin": ((Digits,), True), "clockMonotonic": ((Digits,), True),
+                "clockMonotonicRaw": ((Digits,), False)}
+END_FIELDS = {"collectionTimeEnd": ((Digits,), False), "clockMonotonic": ((Digits,), False),
+              "clockMonotonicRaw": ((Digits,), False)}
+#: info.json.<dev> (jobprof.files.profdir.host_info and the session's ``jobprof`` section): the fields
+#: readers use; rank_id is an integer or "N/A"
+INFO_FIELDS = {"hostname": ((str,), False), "pid": ((Digits,), False), "pid_name": ((str,), False),
+               "rank_id": ((int, str), False), "jobprof": ((dict,), False)}
+INFO_JOBPROF_FIELDS = {"options": ((dict,), False), "explicit": ((Strings,), False),
+                       "time_base_ns": ((int,), False), "calibration": ((dict,), False),
+                       "iteration_method": ((str,), False), "plugins": ((Strings,), False),
+                       "world_size": ((int, str), False), "backend": ((str,), False)}
+
+
+def escaped(text: str) -> str:
+    """``text`` with control characters as ``\\xNN`` / ``\\uNNNN`` escapes."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+                   for c in text)
+
+
+def read_info(path: Path) -> dict[str, Any] | None:
+    """A device's info.json (see :func:`read_object`), its ``jobprof`` section checked too;
+    the names commands print (hostname, pid_name) never carry a control character to a terminal."""
+    info = read_object(path, INFO_FIELDS)
+    for name in ("hostname", "pid_name"):
+        if info is not None and isinstance(info.get(name), str) and not info[name].isprintable():
+            info[name] = escaped(info[name])
+            problem(f"{path}: field {name} holds control characters: shown escaped ({info[name][:60]})")
+    if info is not None and "jobprof" in info:
+        own = dict(info["jobprof"])
+        for name, spec in INFO_JOBPROF_FIELDS.items():
+            wrong = fields_problem(own, {name: spec}, "field jobprof.")
+            if wrong:
+                problem(f"{path}: {wrong.replace('jobprof. ', 'jobprof.')}: ignored")
+                del own[name]
+        info["jobprof"] = own
+    return info
+
+
+def read_start(path: Path) -> dict[str, Any] | None:
+    """A device's start_info (its clock anchor), or None, reported, when unusable."""
+    return read_object(path, START_FIELDS, ": the device's clock anchor is unknown")
+
+
+def read_end(path: Path) -> dict[str, Any] | None:
+    """A device's end_info, or None (absent: the job did not finish; unusable: reported)."""
+    return read_object(path, END_FIELDS, ": read as if the process did not finish")
+
+#: the start of every line :meth:`RawWriter._encode` writes
+_INDEX_RE = re.compile(rb'^\{"index":(\d+),')
+
+
+def indices(device_dir: Path) -> set[int]:
+    """Iterations whose raw line is on disk, read from each line's prefix without decoding it;
+    a torn line (no newline) is left out as :func:`read` does."""
+    found = set()
+    for segment in segments(device_dir):
+        try:
+            with open(segment, "rb") as handle:
+                for line in handle:
+                    m = _INDEX_RE.match(line)
+                    if m and line.endswith(b"}\n"):
+                        found.add(int(m.group(1)))
+        except OSError:
+            continue  # read() names the unreadable segment
+    return found
+
+
+def read_at(where: Written) -> dict[str, list[Any]] | None:
+    """One iteration's streams, from the position :meth:`RawWriter.append` returned."""
+    with open(where.segment, "rb") as handle:
+        handle.seek(where.offset)
+        parsed = _parse(handle.read(where.length))
+    return parsed[1] if parsed else None

@@ -1,0 +1,307 @@
+"""One iteration's operators as a tree, and the tasks the operator-tier files list.
+
+Built once per iteration from the ``ops`` stream (:mod:`jobprof.ops.opcapture`) and shared by
+every writer of that iteration through ``ctx.memo`` (:func:`view`).
+
+What a *task* (an ``op_summary`` row) is:
+
+* On a CUDA job: every kernel, memcpy and memset that ran on the GPU.  Its operator is the
+  innermost dispatcher operator around the CUDA runtime call that launched it (matched by
+  Kineto's correlation id).
+* On a CPU-only job the CPU is the device: a task is a *top-level operator*, i.e. a
+  dispatcher operator (``aten::``, ``c10d::``, custom ``ns::op``) with no dispatcher operator
+  around it.  ``aten::linear`` called from Python is one task (its ``aten::addmm`` inside is
+  part of it); in backward, each operator the autograd engine runs is one.  Tasks of one
+  thread therefore never overlap, and their durations add up.
+
+Times are monotonic ns, as in the raw records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from jobprof.ops import opmath
+from jobprof.ops.opcapture import (
+    CORR,
+    DEVICE_KINDS,
+    DTYPES,
+    DUR,
+    EXTRA,
+    FLOPS,
+    KIND,
+    LINK,
+    NAME,
+    SHAPES,
+    START,
+    STRIDES,
+    TID,
+)
+from jobprof.ops.opcapture import STREAM as OPS_STREAM
+from jobprof.plugin.types import ExportContext
+
+MEMO_KEY = "optree"
+#: Core Type of a task, by what ran it
+CPU, CUDA, MEMCPY, MEMSET, COMMUNICATION = "CPU", "CUDA", "MEMCPY", "MEMSET", "COMMUNICATION"
+_DEVICE_CORE = {"kernel": CUDA, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
+#: name prefixes of collective-communication work (torch.distributed ops, NCCL kernels)
+COMM_PREFIXES = ("c10d::", "nccl")
+#: Kineto activity types of the host calls that launch device work
+_LAUNCH_KINDS = ("cuda_runtime", "cuda_driver")
+
+
+def is_dispatch_op(name: str, kind: str) -> bool:
+    """A dispatcher operator (``aten::mm``, ``c10d::allreduce_``), not an autograd node, an
+    engine frame or a ``record_function`` block."""
+    return kind == "cpu_op" and "::" in name and not name.startswith(("autograd::", "torch::autograd::"))
+
+
+def op_type(name: str) -> str:
+    """``aten::addmm`` -> ``addmm``; a name without a namespace is its own type."""
+    return name.rpartition("::")[2] or name
+
+
+class Task:
+    """One op_summary / task_time row.  FLOPs and bytes are computed on first use."""
+
+    __slots__ = ("_io", "core_type", "dur", "host", "index", "name", "op_type", "record", "start",
+                 "stream", "task_id", "wait")
+
+    def __init__(self, index: int, record: list[Any], host: list[Any] | None, core_type: str) -> None:
+        self.index = index
+        self.record = record
+        self.host = host  # the operator record (the task itself on CPU); None if unmatched
+        self.name: str = record[NAME]
+        self.op_type: str = op_type(host[NAME]) if host is not None else op_type(record[NAME])
+        self.core_type = core_type
+        self.stream: int = record[TID]
+        self.start: int = record[START]
+        self.dur: int = record[DUR]
+        self.task_id = 0
+        self.wait = 0
+        self._io: Any = None
+
+    @property
+    def end(self) -> int:
+        return self.start + self.dur
+
+    # input details come from the host operator (a kernel has none of its own)
+    @property
+    def shapes(self) -> list[Any] | None:
+        return self.host[SHAPES] if self.host is not None else None
+
+    @property
+    def dtypes(self) -> list[Any] | None:
+        return self.host[DTYPES] if self.host is not None else None
+
+    @property
+    def strides(self) -> list[Any] | None:
+        return self.host[STRIDES] if self.host is not None else None
+
+    @property
+    def kineto_flops(self) -> int:
+        return self.host[FLOPS] if self.host is not None else 0
+
+    @property
+    def extra(self) -> Any:
+        """Per-task data Kineto attached (CUDA: kernel metadata such as grid and counters)."""
+        return self.record[EXTRA]
+
+    def _cost(self) -> Any:
+        if self._io is None:
+            host = self.host
+            if host is None or host[SHAPES] is None:
+                self._io = (None, None, None)
+            else:
+                self._io = opmath.cost(host[NAME], host[SHAPES], host[DTYPES])
+        return self._io
+
+    @property
+    def flops(self) -> int | None:
+        """Floating-point operations computed from input shapes (None: unknown for this op)."""
+        return self._cost()[0]
+
+    @property
+    def bytes_moved(self) -> tuple[int, int] | None:
+        """(bytes read, bytes written) from shapes and dtypes (None: unknown)."""
+        return self._cost()[1]
+
+    @property
+    def outputs(self) -> tuple[list[Any], list[str]] | None:
+        """(output shapes, output dtypes) where the operator's semantics give them."""
+        return self._cost()[2]
+
+
+class OpView:
+    """The operators of one iteration: nesting per thread, top-level operators, tasks."""
+
+    def __init__(self, records: list[list[Any]]) -> None:
+        self.records = records
+        n = len(records)
+        self.parent = [-1] * n
+        host = [i for i, r in enumerate(records) if r[KIND] not in DEVICE_KINDS]
+        self.has_device = len(host) != n
+        by_thread: dict[int, list[int]] = {}
+        for i in host:
+            by_thread.setdefault(records[i][TID], []).append(i)
+        parent = self.parent
+        #: records on a second lane of their thread (they overlap a sibling without nesting,
+        #: e.g. a block ended on another thread); a timeline draws them on their own track
+        self.lane = [0] * n
+        for indices in by_thread.values():
+            indices.sort(key=lambda i: (records[i][START], -records[i][DUR]))
+            stack: list[int] = []
+            for i in indices:
+                start, end = records[i][START], records[i][START] + records[i][DUR]
+                while stack and records[stack[-1]][START] + records[stack[-1]][DUR] <= start:
+                    stack.pop()
+                if stack and records[stack[-1]][START] + records[stack[-1]][DUR] < end:
+                    self.lane[i] = 1  # partial overlap: not a child, not nestable here
+                    continue
+                if stack:
+                    parent[i] = stack[-1]
+                stack.append(i)
+        self.threads = by_thread
+        self._children: list[list[int]] | None = None
+        self.top = [i for i in host if is_dispatch_op(records[i][NAME], records[i][KIND])
+                    and self.lane[i] == 0 and not self._has_dispatch_ancestor(i)]
+        self.top.sort(key=lambda i: records[i][START])
+        self.launches: dict[int, int] = {}
+        self.tasks = self._device_tasks() if self.has_device else \
+            [Task(i, records[i], records[i], _host_core(records[i][NAME])) for i in self.top]
+        self._number_tasks()
+
+    def _has_dispatch_ancestor(self, i: int) -> bool:
+        records, p = self.records, self.parent[i]
+        while p >= 0:
+            if is_dispatch_op(records[p][NAME], records[p][KIND]):
+                return True
+            p = self.parent[p]
+        return False
+
+    def innermost_dispatch(self, i: int) -> int:
+        """The closest dispatcher operator at or above record ``i`` (-1: none)."""
+        records = self.records
+        while i >= 0 and not is_dispatch_op(records[i][NAME], records[i][KIND]):
+            i = self.parent[i]
+        return i
+
+    def _device_tasks(self) -> list[Task]:
+        records = self.records
+        self.launches = launches = {r[CORR]: i for i, r in enumerate(records)
+                                    if r[KIND] in _LAUNCH_KINDS and r[CORR]}
+        tasks = []
+        for i, r in enumerate(records):
+            kind = r[KIND]
+            if kind not in DEVICE_KINDS:
+                continue
+            launch = launches.get(r[LINK], -1)
+            op = self.innermost_dispatch(launch) if launch >= 0 else -1
+            core = COMMUNICATION if r[NAME].startswith(COMM_PREFIXES) else _DEVICE_CORE[kind]
+            tasks.append(Task(i, r, records[op] if op >= 0 else None, core))
+        tasks.sort(key=lambda t: t.start)
+        return tasks
+
+    def _number_tasks(self) -> None:
+        counters: dict[int, int] = {}
+        previous_end: int | None = None
+        for task in self.tasks:  # in start order
+            counters[task.stream] = counters.get(task.stream, 0) + 1
+            task.task_id = counters[task.stream]
+            task.wait = 0 if previous_end is None else max(0, task.start - previous_end)
+            previous_end = task.end
+
+    def children(self, i: int) -> list[int]:
+        if self._children is None:
+            kids: list[list[int]] = [[] for _ in self.records]
+            for j, p in enumerate(self.parent):
+                if p >= 0:
+                    kids[p].append(j)
+            self._children = kids
+        return self._children[i]
+
+    def self_ns(self, i: int) -> int:
+        """Time of record ``i`` not spent in its children."""
+        return self.records[i][DUR] - sum(self.records[c][DUR] for c in self.children(i))
+
+    def subtree(self, i: int) -> Iterable[int]:
+        """Record ``i`` and every record nested in it (depth first)."""
+        todo = [i]
+        while todo:
+            j = todo.pop()
+            yield j
+            todo.extend(self.children(j))
+
+    def launch_of(self, task: Task) -> int:
+        """The host record (CUDA runtime call) that launched a device task, or -1."""
+        if task.record[KIND] not in DEVICE_KINDS:
+            return -1
+        return self.launches.get(task.record[LINK], -1)
+
+
+def _host_core(name: str) -> str:
+    return COMMUNICATION if name.startswith(COMM_PREFIXES) else CPU
+
+
+def view(ctx: ExportContext) -> OpView | None:
+    """The iteration's operator view (built once per iteration, shared by the writers), or
+    None when the iteration has no ``ops`` stream."""
+    memo = ctx.memo
+    if MEMO_KEY not in memo:
+        records = ctx.records(OPS_STREAM)
+        memo[MEMO_KEY] = OpView(records) if records else None
+    return memo[MEMO_KEY]
+
+
+# -- intervals (Overlap Analysis) ----------------------------------------------------------
+def union(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge (start, end) spans into disjoint sorted spans."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if end <= start:
+            continue
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    return [(a, b) for a, b in merged]
+
+
+def subtract(spans: list[tuple[int, int]], minus: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Parts of disjoint sorted ``spans`` not covered by disjoint sorted ``minus``."""
+    out: list[tuple[int, int]] = []
+    j = 0
+    for start, end in spans:
+        cursor = start
+        while j < len(minus) and minus[j][1] <= cursor:
+            j += 1
+        k = j
+        while k < len(minus) and minus[k][0] < end:
+            if minus[k][0] > cursor:
+                out.append((cursor, minus[k][0]))
+            cursor = max(cursor, minus[k][1])
+            k += 1
+        if cursor < end:
+            out.append((cursor, end))
+    return out
+
+
+def clip(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    return [(max(a, start), min(b, end)) for a, b in spans if b > start and a < end]
+
+
+def overlap(computing: Iterable[tuple[int, int]], communication: Iterable[tuple[int, int]],
+            start: int, end: int) -> dict[str, list[tuple[int, int]]]:
+    """msprof's Overlap Analysis of one iteration ``[start, end)``: ``Computing``,
+    ``Communication``, ``Communication(Not Overlapped)`` (communication while nothing computes)
+    and ``Free`` (neither)."""
+    comp = clip(union(computing), start, end)
+    comm = clip(union(communication), start, end)
+    busy = union(comp + comm)
+    return {
+        "Computing": comp,
+        "Communication": comm,
+        "Communication(Not Overlapped)": subtract(comm, comp),
+        "Free": subtract([(start, end)], busy) if end > start else [],
+    }

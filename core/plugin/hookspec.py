@@ -1,0 +1,247 @@
+"""The plugin contract: every hook jobprof calls, in lifecycle order.
+
+A plugin is any object (usually a module) registered under the ``jobprof`` entry-point group
+whose functions are marked with :data:`hookimpl`.  Hooks are called by keyword, so an
+implementation may accept only the arguments it needs.  Per-operator work never goes through
+these hooks: they are the lifecycle; collectors installed in ``jobprof_session_start`` do the
+hot-path work as plain code.
+
+Lifecycle of one profiled process::
+
+    registration   jobprof_options_schema()            every loaded plugin, before options are parsed
+    configure      jobprof_configure(config)           once the options are valid
+    collection     jobprof_session_start(session)      once torch is imported
+                   jobprof_iteration_end(session, iteration)   after each finished iteration
+                   jobprof_session_end(session)        at exit, SIGTERM or uncaught exception
+    export         jobprof_writers(config)             by the exporter (in-process and `jobprof export`)
+                   jobprof_aic_metrics(name)           once per export: the chosen metric group
+                   jobprof_timeline(ctx, timeline)     per iteration, for the master timeline
+    reporting      jobprof_report_sections(profile)    by `jobprof summary`
+
+A hook that raises disables its plugin for the rest of the process; the job and the other
+plugins carry on, and the reporter names the plugin once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+    from jobprof.files.timeline import Timeline
+    from jobprof.plugin.types import Config, ExportContext, Iteration, MetricSet, Section, WriterSpec
+    from jobprof.runtime.session import Session
+
+PROJECT = "jobprof"
+hookspec = pluggy.HookspecMarker(PROJECT)
+#: Decorate plugin functions with this: ``@jobprof.plugin.hookspec.hookimpl``.
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@hookspec
+def jobprof_options_schema() -> Mapping[str, Any] | None:
+    """Return the JSON Schema fragment for the option keys this plugin reads.
+
+    Called at start-up, right after plugins are loaded and before PROFILING_OPTIONS is
+    validated (again, if another plugin's fragment is rejected and the schema is recomposed).
+    The fragment is a Draft 2020-12 object schema with ``properties`` (one entry
+    per key) and optionally ``allOf`` (cross-key rules).  A key the core already knows (the
+    msprof keys) is refined, and the plugin is listed as the one collecting it; a new key is
+    added.  Fragments may reference the core's ``#/$defs/switch`` (on/off/"") and
+    ``#/$defs/level`` (on/off/l0/l1/l2/"").  Give each property a ``default``.
+
+    Example::
+
+        @hookimpl
+        def jobprof_options_schema():
+            return {"properties": {"gpu_temp": {"$ref": "#/$defs/switch", "default": "off"}}}
+    """
+
+
+@hookspec
+def jobprof_configure(config: Config) -> bool | None:
+    """Decide whether the plugin takes part in this run.
+
+    Called once the options are valid, with the frozen effective :class:`~jobprof.plugin.types.Config`.
+    Return ``False`` to stay inactive (no session hooks are called on an inactive plugin);
+    ``True`` or ``None`` means active.
+
+    Example::
+
+        @hookimpl
+        def jobprof_configure(config):
+            return config.is_on("gpu_temp")
+    """
+
+
+@hookspec
+def jobprof_session_start(session: Session) -> None:
+    """Install collectors.  Called once, when the profiled program has imported torch.
+
+    ``session.config`` holds the options; keep per-run state on the session with
+    ``session.attach(name, obj)`` (plugins hold no global state).  Collectors must never raise
+    into or print from the training loop.
+
+    Example::
+
+        @hookimpl
+        def jobprof_session_start(session):
+            session.attach("gpu_temp", TemperatureSampler(period_s=0.1))
+    """
+
+
+@hookspec
+def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str, list] | None:
+    """Hand over the raw records collected during ``iteration``.
+
+    Called once per finished iteration, in order, usually on the training thread right after
+    the iteration ends (keep it cheap: no file I/O, no formatting).  When iterations are found
+    from ``backward()`` or forward calls they are confirmed in bursts (up to 16 calls back to
+    back, or at exit from the atexit/SIGTERM path), so select records by the iteration's
+    ``start_ns``/``end_ns`` rather than taking "everything since the last call".  Return
+    ``{stream_name: [record, ...]}`` with JSON-serialisable records; the core stores them
+    atomically under ``device_<id>/data/`` and passes them to writers.  A stream belongs to the
+    first plugin that returns it.
+
+    To keep the training thread free, a stream's value may instead be a zero-argument callable
+    returning that list: the core calls it on the ``jobprof-sink`` thread within 0.1 s (and
+    before ``jobprof_session_end`` at exit), iteration by iteration, in order.  Meanwhile the
+    collector keeps collecting, so the callable must select by the iteration's times and be
+    safe against the threads that feed the collector.  If it raises, the plugin is disabled.
+
+    Example::
+
+        @hookimpl
+        def jobprof_iteration_end(session, iteration):
+            sampler = session.attached("gpu_temp")
+            return {"gpu_temp": sampler.take_between(iteration.start_ns, iteration.end_ns)}
+            # or, deferred to the sink thread:
+            # return {"gpu_temp": functools.partial(sampler.take_until, iteration.end_ns)}
+    """
+
+
+@hookspec
+def jobprof_session_end(session: Session) -> None:
+    """Uninstall collectors.  Called once at exit, on SIGTERM or after an uncaught exception.
+
+    Records of an unfinished iteration are dropped; every finished one was already handed over.
+    Also called on a plugin that fails mid-run, just before it is disabled, so its collectors
+    do not outlive it.
+
+    Example::
+
+        @hookimpl
+        def jobprof_session_end(session):
+            session.attached("gpu_temp").stop()
+    """
+
+
+@hookspec
+def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
+    """Describe the per-iteration files the plugin renders from raw records.
+
+    Called by the exporter, in the profiled process and by ``jobprof export`` (then with the
+    config recorded in ``info.json``), and by ``jobprof plugins`` with ``config=None`` (list
+    every file the plugin can write).  Also called when the plugin's ``jobprof_configure``
+    returned False, and ``jobprof export`` never calls ``jobprof_configure``: check your own
+    option here.  Return :class:`~jobprof.plugin.types.WriterSpec` objects.
+
+    Example::
+
+        @hookimpl
+        def jobprof_writers(config):
+            if config is None or config.is_on("gpu_temp"):
+                return [WriterSpec("gpu_temp", "csv", render=render_csv)]
+    """
+
+
+@hookspec(firstresult=True)
+def jobprof_aic_metrics(name: str) -> MetricSet | None:
+    """Return the metric set of the ``aic_metrics`` group called ``name``, or None.
+
+    Called by the exporter once per export (in the profiled process when the session starts,
+    and by ``jobprof export``) with the group the options chose (``PipeUtilization`` when
+    ``aic_metrics`` is present but empty); the first plugin that answers owns the group.
+    The set's ``columns`` are appended to every ``op_summary`` row; its ``values(task,
+    machine)`` fills them for one task (see :class:`~jobprof.plugin.types.MetricSet`).  A group
+    nobody answers is reported once and gets no columns.  Called whether or not the plugin is
+    configured active, like ``jobprof_writers``.
+
+    Example::
+
+        @hookimpl
+        def jobprof_aic_metrics(name):
+            if name == "Intensity":
+                return MetricSet("Intensity", ["arith_intensity"], needs_shapes=True,
+                                 values=lambda task, machine: [task.flops / task.bytes_moved])
+    """
+
+
+@hookspec
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
+    """Add this plugin's tracks to the iteration's master timeline, ``msprof_*.json``.
+
+    Called by the exporter once per iteration (in the profiled process and by ``jobprof
+    export``), after the writers.  ``ctx`` is the same :class:`~jobprof.plugin.types.ExportContext` the
+    writers get; return nothing when your stream is absent.  Ask ``timeline.process(name,
+    label)`` for a pid (the same name gives the same pid, so plugins can share a process),
+    name tracks with ``timeline.thread(pid, tid, name)`` and ``timeline.add(events)``: Chrome
+    trace events whose ``ts`` comes from ``ctx.to_us`` and ``dur`` from ``ctx.dur_us`` (the
+    time rule of ``jobprof.plugin.clock``).  Events on one (pid, tid) must nest, and tids stay below
+    ``jobprof.files.timeline.PID_BASE`` (the track rule there).
+    The file is written only if some plugin added an event.
+
+    Example::
+
+        @hookimpl
+        def jobprof_timeline(ctx, timeline):
+            temps = ctx.records("gpu_temp")
+            if temps:
+                pid = timeline.process("GPU temperature")
+                timeline.add({"name": "temp", "ph": "C", "pid": pid, "tid": 0,
+                              "ts": ctx.to_us(t["ns"]), "args": {"C": t["celsius"]}} for t in temps)
+    """
+
+
+@hookspec
+def jobprof_iteration_spans(iteration: Iteration, streams: Mapping[str, list]) -> Mapping[str, list] | None:
+    """Return where one iteration's time went, as ``{category: [(start_ns, end_ns), ...]}``.
+
+    Called by ``jobprof summary`` / ``report`` once per stored iteration with its raw streams;
+    times are the profiled process's ``monotonic_ns``.  The core paints the iteration with
+    these spans into the breakdown of :mod:`jobprof.analysis.breakdown`.  Categories it understands:
+    ``data_wait`` (the loop waited for input), ``compute`` (operators ran), ``communication``
+    (collectives were in flight), ``communication_blocking`` (collectives the loop is known to
+    have waited for; used when nobody reports ``compute``), ``forward_backward`` and
+    ``refresh`` (the step's phases).  Return None when the plugin has nothing to say.
+
+    Example::
+
+        @hookimpl
+        def jobprof_iteration_spans(iteration, streams):
+            waits = [(r["t0"], r["t1"]) for r in streams.get("my_loader", ())]
+            return {"data_wait": waits} if waits else None
+    """
+
+
+@hookspec
+def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
+    """Return tables describing a profile, for ``jobprof summary``, ``report`` and ``diff``.
+
+    Called once per command with a :class:`~jobprof.analysis.profile.Profile` (read-only view of a
+    ``PROF_`` directory that follows the user's ``--rank`` / ``--iterations``).  Return
+    :class:`~jobprof.plugin.types.Section` objects (each with a stable ``key`` and optional
+    :class:`~jobprof.plugin.types.Finding` objects: numbered statements with their evidence), or None.
+
+    Example::
+
+        @hookimpl
+        def jobprof_report_sections(profile):
+            temps = [r["celsius"] for r in profile.records("gpu_temp")]
+            hot = [Finding("gpu_hot", f"the GPU reached {max(temps)} C", {"max_c": max(temps)})]
+            return [Section("GPU temperature", ["max"], [[max(temps)]], key="gpu_temp",
+                            findings=hot)] if temps else None
+    """

@@ -1,0 +1,451 @@
+"""The profiling session of one process: lazy start, iteration delivery, crash-safe end.
+
+States: ``waiting`` (options valid, torch not imported yet) -> ``collecting`` (collectors
+installed) -> ``finished``; or ``stopped`` (a fatal write error; the job carries on) and
+``inert`` (a forked child or a DataLoader worker: writes nothing).  The PROF_ and device
+folders are created only when the first iteration ends.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from jobprof import __version__
+from jobprof.files import export, profdir
+from jobprof.files.fsio import write_with_done
+from jobprof.files.rawstore import ITERATION_STREAM, PROFILER_STREAM
+from jobprof.ops.opcapture import STREAM as OPS_STREAM
+from jobprof.ops.opcapture import Detail, OpCapture
+from jobprof.plugin import clock
+from jobprof.plugin.clock import ClockAnchor
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.reporter import REPORTER, Reporter
+from jobprof.plugin.types import Config, Iteration
+from jobprof.runtime.sink import SIGTERM_RENDER_S, Sink
+from jobprof.runtime.steps import StepDetector
+from jobprof.runtime.storage import StorageBudget
+
+
+class Session:
+    def __init__(self, config: Config, manager: PluginManager, owners: Mapping[str, str],
+                 reporter: Reporter = REPORTER) -> None:
+        self.config, self.manager, self.owners, self.reporter = config, manager, owners, reporter
+        self.pid = os.getpid()
+        self.anchor = ClockAnchor.now()
+        named = os.environ.get(profdir.JOB_ENV)
+        #: the index claim is held while the process lives (see jobprof.files.profdir)
+        self.job_dir, self._index_claim = profdir.job_dir(config.output, warn=reporter.warning)
+        #: every timeline's ts is µs since this (jobprof.plugin.clock): the job's, inherited with its folder
+        self.time_base_ns = clock.job_base(self.anchor, inherit=str(self.job_dir) == named)
+        self.state = "waiting"
+        self.detector: StepDetector | None = None
+        self.device_id: int | None = None
+        self.device_dir: Path | None = None
+        self.device_source = ""
+        self.sink: Sink | None = None
+        self._attached: dict[str, Any] = {}
+        self._lock = threading.RLock()
+        self._previous_sigterm: Any = None
+        #: finish() is running on this thread (a SIGTERM handler that interrupts it must not
+        #: re-enter it), and the SIGTERM it received meanwhile, delivered when it is done
+        self._finishing = self._hurried = False
+        self._signal_during_finish: int | None = None
+        self._ops_detail: Detail | None = None
+        self._rank: dict[str, Any] = {}
+        #: what plugins add to info.json's ``jobprof`` section (e.g. the calibration)
+        self.info: dict[str, Any] = {}
+        #: the operator capture, when some plugin asked for operators
+        self.ops: OpCapture | None = None
+        #: jobprof's own work in the job's time, ``[start_ns, end_ns]`` (hand-overs, calibration,
+        #: starting the capture), not yet given to an iteration: each goes to the raw line of the
+        #: iteration it lies in (stream ``profiler``), whichever that is
+        self._own: list[list[int]] = []
+        #: jobprof's work before the first iteration began (ns), shown as jobprof's in info.json
+        self._own_startup: dict[str, int] = {}
+        manager.on_fail = self._end_failed_plugin
+        os.register_at_fork(after_in_child=self._forked)
+
+    # -- plugin-facing API -----------------------------------------------------------------
+    def attach(self, name: str, obj: Any) -> None:
+        """Keep a plugin's per-run object (its collector) on the session."""
+        self._attached[name] = obj
+
+    def attached(self, name: str) -> Any:
+        return self._attached.get(name)
+
+    def on_root_module(self, listener: Callable[[Any], None], what: str = "") -> None:
+        """Call ``listener(module)`` for every module first seen as a root (outermost) forward.
+
+        The listener runs before that forward's timestamp is taken and its time is recorded as
+        jobprof's own (``what`` names it in info.json's ``own_startup_ms`` when it runs before
+        the first iteration), so its work is never painted into the job's phases.
+        """
+        timed = partial(self._timed_listener, listener, what or getattr(listener, "__qualname__", "listener"))
+        if self.detector is not None:
+            self.detector.root_listeners.append(timed)
+            for root in list(self.detector.roots):
+                timed(root)
+
+    def _timed_listener(self, listener: Callable[[Any], None], what: str, module: Any) -> None:
+        start = time.monotonic_ns()
+        try:
+            listener(module)
+        finally:
+            self.record_own(start, time.monotonic_ns(), what)
+
+    def record_own(self, start_ns: int, end_ns: int, what: str = "") -> None:
+        """Record jobprof's own work in the job's time (monotonic ns): the summary shows it as
+        the ``jobprof`` part of the iteration it falls in, never as the job's."""
+        if end_ns <= start_ns:
+            return
+        with self._lock:
+            self._own.append([start_ns, end_ns])
+            if self.sink is None and what:  # before the first iteration ends: start-up
+                self._own_startup[what] = self._own_startup.get(what, 0) + end_ns - start_ns
+
+    def request_ops(self, shapes: bool = False, flops: bool = False,
+                    cupti_metrics: tuple[str, ...] = ()) -> None:
+        """Ask for the operators of every iteration (stream ``ops``, see :mod:`jobprof.ops.opcapture`).
+
+        Call from ``jobprof_session_start``; the capture serves every plugin that asked, at the
+        most detail any of them needs.  ``shapes``: input shapes, dtypes and strides;
+        ``flops``: Kineto's FLOP estimate; ``cupti_metrics``: CUPTI metrics per kernel (CUDA
+        only).  CUDA kernels are recorded whenever CUDA is there.
+        """
+        wanted = Detail(shapes, flops, False, cupti_metrics)
+        self._ops_detail = wanted if self._ops_detail is None else self._ops_detail.merge(wanted)
+
+    @property
+    def iteration_method(self) -> str | None:
+        return self.detector.mode if self.detector else None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def torch_ready(self, torch: Any) -> None:
+        """torch is imported: install the step detector and every plugin's collectors."""
+        if self.state != "waiting" or os.getpid() != self.pid:
+            return
+        try:
+            self.detector = StepDetector(self.on_iteration)
+            if _main_calls_step():
+                self.detector.expect_explicit = True  # explicit marks win from the first iteration
+            self.detector.install()
+        except Exception as exc:  # e.g. a torch without the hooks we use: run unprofiled
+            self.state = "stopped"
+            self.reporter.error(f"cannot install the step detector on torch {torch.__version__}: "
+                                f"{exc!r}; the job runs unprofiled")
+            if self.detector is not None:
+                self.detector.uninstall()
+            return
+        self.state = "collecting"
+        self.manager.call("jobprof_session_start", only_active=True, session=self)
+        try:
+            self.detector.wrap_data_next(torch)  # outermost: after the plugins' own wrappers
+        except Exception as exc:
+            self.reporter.warning(f"DataLoader boundaries unavailable on torch {torch.__version__}: {exc!r}")
+        if self._ops_detail is not None:
+            self._install_ops(torch)
+        self._install_sigterm()
+
+    def _install_ops(self, torch: Any) -> None:
+        try:
+            cuda = bool(torch.cuda.is_available())
+        except Exception:
+            cuda = False
+        detail = attrs.evolve(self._ops_detail, cuda=cuda)
+        try:
+            self.ops = OpCapture(torch, detail, self.reporter.warning)
+        except Exception as exc:  # a torch without the profiler API we use
+            self.reporter.warning(f"operator capture unavailable on torch {torch.__version__}: {exc!r}")
+            return
+        # started at the first root forward: DataLoader workers never run one, and nothing
+        # before it belongs to an iteration
+        self.on_root_module(lambda module: self.ops.start(), "operator capture start")
+
+    def explicit_step(self) -> None:
+        if self.detector is not None and self.state == "collecting":
+            self.detector.explicit()
+
+    def on_iteration(self, iteration: Iteration) -> None:
+        """Called by the detector on the training thread; cheap, never raises."""
+        entered = time.monotonic_ns()
+        if self.state != "collecting" or os.getpid() != self.pid:
+            if self.state == "stopped" and self.ops is not None and os.getpid() == self.pid:
+                self.ops.stop()  # on the training thread: Kineto must not be stopped under it
+            return
+        try:
+            if self.sink is None and not self._go_live():
+                return
+            streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
+            # jobprof's spans inside this iteration (an empty list says 0, not N/A); later ones
+            # wait for theirs (a backward-found iteration is handed over inside the next one)
+            with self._lock:
+                own, start, end = self._own, iteration.start_ns, iteration.end_ns
+                streams[PROFILER_STREAM] = [s for s in own if s[1] > start and s[0] < end]
+                self._own = [s for s in own if s[1] > end]
+            ops = self.ops
+            if ops is not None and ops.state == "capturing":
+                ops.cut(iteration.end_ns)
+                streams[OPS_STREAM] = partial(ops.take, iteration.start_ns, iteration.end_ns)
+            # results arrive checked by the manager: {stream: [records] or a callable building
+            # them on the sink thread}, streams owned
+            for _, result in self.manager.handover(self, iteration):
+                streams.update(result)
+            self.sink.submit(iteration.index, streams, self.manager.active_set())
+            self.record_own(entered, time.monotonic_ns())
+        except Exception as exc:
+            self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
+
+    def finish(self, reason: str = "exit") -> None:
+        """End the session: flush, uninstall, drain the sink, write end_info (idempotent).
+
+        At exit, a program that died of an uncaught exception ends ``exception: <type>``
+        (Python sets ``sys.last_value`` before the atexit handlers run; ``sys.exit`` does not).
+        """
+        if reason == "exit":
+            died = getattr(sys, "last_value", None)
+            if isinstance(died, BaseException):
+                reason = f"exception: {type(died).__name__}"
+        with self._lock:
+            if self.state not in ("collecting", "stopped") or os.getpid() != self.pid:
+                return
+            self._finishing = True
+            self._own_sigterm()
+            try:
+                self._finish(reason)
+            finally:
+                self._finishing = False
+        signum = self._signal_during_finish
+        if signum is not None:  # SIGTERM came while we wrote: the job dies of it now, as it would
+            self._signal_during_finish = None
+            self._deliver(signum, None)
+
+    def _finish(self, reason: str) -> None:
+        if reason == "SIGTERM":
+            self._hurried = True
+            if self.sink is not None:
+                self.sink.hurry(SIGTERM_RENDER_S)
+        live_before = self.state == "collecting"
+        try:
+            if live_before and self.detector is not None:
+                self.detector.flush()
+        except Exception as exc:
+            self.reporter.warning(f"could not close the last iteration: {exc!r}")
+        self.state = "finished"
+        if self.detector is not None:
+            self.detector.uninstall()
+        if self.sink is not None:
+            self.sink.settle()  # deferred hand-overs read collectors that session_end stops
+        if self.ops is not None:
+            self.ops.stop()
+            for note in self.ops.exit_notes():
+                self.reporter.warning(note)
+        self.manager.call("jobprof_session_end", only_active=True, session=self)
+        if self.sink is not None:
+            self.sink.close()
+            if self._signal_during_finish is not None and reason != "SIGTERM":
+                name = signal.Signals(self._signal_during_finish).name
+                reason = (f"{name} (during the exit-time export)" if reason == "exit"
+                          else f"{reason}; then {name} during the exit-time export")
+            sink = self.sink
+            if sink.unrendered and not sink.failed:  # said first: end_info keeps the message
+                why = [f"{sink.deferred} beyond the in-process backlog"] if sink.deferred else []
+                if sink.unrendered_count > sink.deferred:
+                    why.append(f"{sink.unrendered_count - sink.deferred} left when SIGTERM's "
+                               f"{SIGTERM_RENDER_S:g} s for rendering ran out")
+                self.reporter.warning(
+                    f"{sink.unrendered_count} iteration(s) were not rendered in the job "
+                    f"({', '.join(why)}; iterations {', '.join(_runs(sink.unrendered))}; raw data "
+                    f"kept): run `jobprof export {self.job_dir}`")
+            try:
+                if not sink.failed:
+                    self._write_metadata(reason)
+            except OSError as exc:
+                self.reporter.error(f"cannot write end_info in {self.device_dir}: "
+                                    f"{exc.strerror or exc}")
+
+    # -- internals -------------------------------------------------------------------------
+    def _go_live(self) -> bool:
+        import torch
+
+        try:
+            if torch.utils.data.get_worker_info() is not None:
+                self.state = "inert"  # a DataLoader worker is never a session of its own
+                return False
+        except Exception:
+            pass
+        try:
+            preferred, self.device_source = profdir.preferred_device_id(torch)
+            # read once, at the first iteration: by exit the process group may be destroyed
+            self._rank = profdir.job_rank(torch)
+            self.device_id, self.device_dir = profdir.claim_device_dir(self.job_dir, preferred)
+            self._write_metadata(None)
+            meta = export.with_metrics(export.DeviceMeta(
+                self.device_id, self.pid, self.anchor, self.config, profdir.program_name(),
+                self.info.get("calibration") or {},
+                job={k: v for k, v in self._rank.items() if k != "rank_from"},
+                time_base_ns=self.time_base_ns), self.manager)
+            group = self.config.get("aic_metrics")
+            if group and meta.metrics is None:
+                self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "
+                                      "so op_summary gets no metric columns (`jobprof plugins` shows "
+                                      "which plugin answers each group)")
+            budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb,
+                                              on_ageing=self.reporter.warning)
+            self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
+                             budget, self.manager.fail, self._stop, self.manager.stream_owner,
+                             self.manager.is_active)
+        except OSError as exc:
+            self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
+            return False
+        return True
+
+    def _metadata(self) -> dict[str, Any]:
+        import torch
+
+        cuda = self.device_source == "cuda current device"
+        device = {"id": self.device_id, "type": "CUDA" if cuda else "CPU"}
+        if cuda:
+            device["name"] = torch.cuda.get_device_name(self.device_id)
+        rank = dict(self._rank)
+        return profdir.host_info(self.device_id, {
+            "rank_id": rank.pop("rank_id", "N/A"),
+            "DeviceInfo": [device],
+            "jobprof": {
+                "version": __version__,
+                "torch": torch.__version__,
+                "options": dict(self.config.values),
+                "explicit": sorted(self.config.explicit),
+                "options_source": self.config.source,
+                "device_id_from": self.device_source,
+                **rank,
+                "iteration_method": self.iteration_method,
+                "plugins": self.manager.active(),
+                "own_startup_ms": {k: round(v / 1e6, 3) for k, v in self._own_startup.items()},
+                "time_base_ns": self.time_base_ns,
+                **self.info,
+            },
+        })
+
+    def _write_metadata(self, end_reason: str | None) -> None:
+        device_dir, dev = self.device_dir, self.device_id
+        info = self._metadata()
+        if end_reason is None:
+            write_with_done(device_dir / f"start_info.{dev}", json.dumps(self.anchor.info("Begin")))
+        else:
+            sink = self.sink
+            info["jobprof"].update({
+                "end_reason": end_reason,
+                "iterations_written": sink.written if sink else 0,
+                "iterations_exported": sink.exported if sink else 0,
+                "iterations_deferred": sink.deferred if sink else 0,
+                "export_seconds": round(sink.export_seconds, 3) if sink else 0,
+                "segments_aged": sink.budget.aged_units if sink else 0,
+                #: iterations whose data storage_limit / low free disk deleted, [first, last] runs
+                "aged": [list(r) for r in sink.budget.aged] if sink else [],
+                #: iterations with raw data but no rendered files (`jobprof export` renders them)
+                "unrendered": [list(r) for r in sink.unrendered] if sink else [],
+                "messages": list(self.reporter.messages),
+            })
+            write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))
+        write_with_done(device_dir / f"info.json.{dev}", json.dumps(info))
+
+    def _end_failed_plugin(self, plugin: Any) -> None:
+        """A plugin failed mid-run: let it uninstall its collectors (best effort)."""
+        end = getattr(plugin, "jobprof_session_end", None)
+        if self.state == "collecting" and callable(end):
+            wants_session = "session" in inspect.signature(end).parameters
+            end(session=self) if wants_session else end()
+
+    def _stop(self, message: str) -> None:
+        if self.state == "collecting":
+            self.state = "stopped"
+            self.reporter.error(f"collection stopped: {message}; the job continues unprofiled")
+        elif self.state == "finished":  # the last flush, at exit, found the problem
+            self.reporter.error(f"collection stopped at exit: {message}")
+
+    def _forked(self) -> None:
+        self.state = "inert"  # the child must never act as a second copy of this session
+        if self.ops is not None:
+            self.ops.forked_child()
+
+    def _install_sigterm(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            self._previous_sigterm = signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):
+            pass
+
+    def _own_sigterm(self) -> None:
+        """Handle SIGTERM ourselves while finishing, even when the program installed its own
+        handler after ours (it then never calls ours): theirs runs after, as it would have."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            current = signal.getsignal(signal.SIGTERM)
+            if current is not None and current != self._on_sigterm:  # None: set in C, leave it
+                self._previous_sigterm = current
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError, TypeError):
+            pass
+
+    def _on_sigterm(self, signum: int, frame: Any) -> None:
+        if self._finishing:
+            # it interrupted finish() (the exit-time export, on this thread): bound the rendering
+            # and let finish() write end_info, say what is unrendered and then deliver the signal
+            self._signal_during_finish = signum
+            if self.sink is not None:
+                self.sink.hurry(0 if self._hurried else SIGTERM_RENDER_S)  # a second one: now
+            self._hurried = True
+            return
+        try:
+            self.finish("SIGTERM")
+        except Exception:
+            pass
+        self._deliver(signum, frame)
+
+    def _deliver(self, signum: int, frame: Any) -> None:
+        """What the program's own SIGTERM disposition does (default: die of it, exit 143)."""
+        previous = self._previous_sigterm
+        if callable(previous):
+            previous(signum, frame)
+            return
+        if previous == signal.SIG_IGN:
+            return
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _runs(runs: list[list[int]]) -> list[str]:
+    """``[[1, 5], [9, 9]]`` -> ``["1-5", "9"]``."""
+    return [f"{first}-{last}" if last > first else str(first) for first, last in runs]
+
+
+_STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
+
+
+def _main_calls_step() -> bool:
+    """Does the program's main script call ``jobprof.step()``?  Then explicit marks win from
+    the first iteration on (a call made only from other modules takes over at its first call)."""
+    path = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not path:
+        return False
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return bool(_STEP_CALL.search(handle.read(1 << 20)))
+    except OSError:
+        return False

@@ -1,0 +1,256 @@
+"""Takes finished iterations off the training thread: raw data first, then export.
+
+The training thread only queues the iteration's records (:meth:`Sink.submit`, no encoding,
+no I/O).  A background thread wakes every ``FLUSH_S`` (or as soon as ``FLUSH_ITERATIONS``
+are waiting), encodes the queued iterations in one warm loop and appends them to the raw
+segments with one ``write()``: on this class of machine the same encode + write costs ~20x
+more when done cold, once per step, right after the model's compute.  The price is a window:
+after SIGKILL the iterations of the last ``FLUSH_S`` may be missing; normal exit, SIGTERM and
+uncaught exceptions flush everything.
+
+Rendering the per-iteration timeline/summary files costs far more (a file per writer), so the
+same thread does it under a CPU-duty budget (``EXPORT_DUTY`` of wall time: it sleeps in
+proportion to the time it worked) and reads each iteration back from disk, so memory stays
+bounded however far it lags.  ``close()`` renders whatever is left, at exit / SIGTERM, until
+its deadline (a SIGTERM gives ``SIGTERM_RENDER_S``: the scheduler's grace period is short and
+the raw data is complete); what it did not render is listed in :attr:`Sink.unrendered` for
+end_info and the ``jobprof export`` hint.  The first OSError (disk full, output removed or
+unwritable) stops collection with one message that says which iterations were saved.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jobprof.analysis.selection import ranges
+from jobprof.files import export, rawstore
+from jobprof.plugin.types import WriterSpec
+from jobprof.runtime.storage import StorageBudget
+
+#: how often queued iterations are written to the raw segments (the SIGKILL window)
+FLUSH_S = 0.1
+FLUSH_ITERATIONS = 64
+#: share of wall time the background exporter may spend rendering while the job trains
+EXPORT_DUTY = 0.01
+#: iterations waiting for export that the process remembers (about 100 bytes each); older
+#: ones stay on disk as raw data for `jobprof export` (counted in info.json)
+MAX_BACKLOG = 50_000
+#: how long rendering may go on after a SIGTERM (the rest is left to `jobprof export`)
+SIGTERM_RENDER_S = 1.0
+
+
+class Sink:
+    def __init__(self, device_dir: Path, meta: export.DeviceMeta,
+                 writers: Iterable[tuple[str, WriterSpec]], budget: StorageBudget,
+                 on_plugin_error: Callable[[str, str], None],
+                 on_fatal: Callable[[str], None],
+                 stream_owner: Callable[[str], str | None] = lambda stream: None,
+                 plugin_alive: Callable[[str], bool] = lambda plugin: True) -> None:
+        self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
+        self.budget = budget
+        self._on_plugin_error, self._on_fatal, self._stream_owner = on_plugin_error, on_fatal, stream_owner
+        self._plugin_alive = plugin_alive
+        self._raw = rawstore.RawWriter(device_dir)
+        self._unit = 0
+        self._queued: deque[tuple[int, Mapping[str, list[Any]], frozenset[str]]] = deque()
+        self._todo: deque[tuple[int, int, rawstore.Written, frozenset[str]]] = deque()
+        self._render_failed: set[str] = set()
+        self._work_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._export_after = 0.0  # the exporter's next turn (duty budget)
+        self.written = self.exported = self.deferred = 0
+        #: iterations whose raw line is written but which were not rendered, as [first, last]
+        #: runs (deferred beyond MAX_BACKLOG, or left when close()'s deadline passed)
+        self.unrendered: list[list[int]] = []
+        #: monotonic time after which close() stops rendering (None: render everything)
+        self.deadline: float | None = None
+        self.export_seconds = 0.0
+        self.failed = False
+        self._thread = threading.Thread(target=self._run, name="jobprof-sink", daemon=True)
+        self._thread.start()
+
+    # -- training thread -------------------------------------------------------------------
+    def submit(self, index: int, streams: Mapping[str, list[Any]], active: frozenset[str]) -> None:
+        """Queue one finished iteration (never blocks, never raises).
+
+        ``active`` names the plugins alive when the iteration ended: only their writers render
+        it (a plugin that fails later still gets the iterations it finished).
+        """
+        if self.failed:
+            return
+        self._queued.append((index, streams, active))
+        if len(self._queued) >= FLUSH_ITERATIONS:
+            self._wake.set()
+
+    def hurry(self, seconds: float) -> None:
+        """Stop rendering ``seconds`` from now (or sooner, if already told); safe from a signal
+        handler that interrupted :meth:`close` (it only sets the deadline the loop reads)."""
+        deadline = time.monotonic() + seconds
+        if self.deadline is None or deadline < self.deadline:
+            self.deadline = deadline
+
+    def close(self) -> None:
+        """Stop the thread, write every queued iteration and render every one not yet rendered
+        (until :attr:`deadline`; the rest goes to :attr:`unrendered`)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+        with self._work_lock:
+            self._flush_raw()
+            self._export_pending(throttle=False)
+            if not self.failed:
+                while self._todo:  # the deadline passed: raw data is there for `jobprof export`
+                    self._note_unrendered(self._todo.popleft()[0])
+        self._raw.close()
+
+    def _note_unrendered(self, index: int) -> None:
+        runs = self.unrendered
+        if runs and runs[-1][1] + 1 == index:
+            runs[-1][1] = index
+        else:
+            runs.append([index, index])
+
+    @property
+    def unrendered_count(self) -> int:
+        return sum(last - first + 1 for first, last in self.unrendered)
+
+    # -- background thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(FLUSH_S)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            with self._work_lock:
+                self._flush_raw()
+                self._export_pending(throttle=True)
+
+    def settle(self) -> None:
+        """Build every deferred record list now (at exit, before the plugins' session_end)."""
+        with self._work_lock:
+            for index, streams, _ in list(self._queued):
+                self._resolve(index, streams)
+
+    def _resolve(self, index: int, streams: Mapping[str, Any]) -> None:
+        """Replace the callables a plugin returned for a stream by the list they build."""
+        for stream, records in list(streams.items()):
+            if type(records) is list or not callable(records):
+                continue
+            owner = self._stream_owner(stream)
+            if owner is not None and not self._plugin_alive(owner):
+                del streams[stream]  # type: ignore[attr-defined]
+                continue  # failed since: it gets nothing more
+            try:
+                built = records()
+                if not isinstance(built, list):
+                    raise TypeError(f"returned {type(built).__name__}, not a list")
+                if built:
+                    streams[stream] = built  # type: ignore[index]
+                else:  # nothing this iteration: no empty stream in the raw line
+                    del streams[stream]  # type: ignore[attr-defined]
+            except Exception as exc:
+                del streams[stream]  # type: ignore[attr-defined]
+                self._on_plugin_error(owner or stream, f"deferred records of stream '{stream}' (iteration "
+                                             f"{index}): {type(exc).__name__}: {exc}")
+
+    def _flush_raw(self) -> None:
+        if self.failed or not self._queued:
+            return
+        batch = []
+        while self._queued:
+            batch.append(self._queued.popleft())
+        for index, streams, _ in batch:
+            self._resolve(index, streams)
+        try:
+            placed = self._raw.append_many([(i, s) for i, s, _ in batch], self._bad_stream)
+            for (index, _, active), where in zip(batch, placed, strict=True):
+                if where.new_segment:
+                    self._unit = index
+                self.budget.account(self._unit, where.segment, where.offset + where.length)
+                self._todo.append((index, self._unit, where, active))
+            self.budget.enforce()
+            self.written += len(batch)
+            while len(self._todo) > MAX_BACKLOG:
+                self._note_unrendered(self._todo.popleft()[0])
+                self.deferred += 1
+        except OSError as exc:
+            self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}",
+                       [i for i, _, _ in batch])
+        except Exception as exc:
+            self._fail(f"internal error while writing iterations: {exc!r}", [i for i, _, _ in batch])
+
+    def _export_pending(self, throttle: bool) -> None:
+        while self._todo and not self.failed:
+            if throttle and (self._stop.is_set() or time.monotonic() < self._export_after):
+                return
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                return
+            index, unit, where, active = self._todo.popleft()
+            started = time.perf_counter()
+            self._export_one(index, unit, where, active)
+            spent = time.perf_counter() - started
+            self.export_seconds += spent
+            self._export_after = time.monotonic() + spent * (1 / EXPORT_DUTY - 1)
+
+    def _export_one(self, index: int, unit: int, where: rawstore.Written, active: frozenset[str]) -> None:
+        if not self.budget.alive(unit):
+            return  # aged away before it was rendered
+        try:
+            streams = rawstore.read_at(where)
+            if streams is None:
+                return
+            writers = [(p, spec) for p, spec in self.writers
+                       if (p in active or p == export.CORE) and p not in self._render_failed]
+            for path, size in export.render_iteration(self.device_dir, self.meta, streams, writers,
+                                                         self._writer_failed):
+                if not self.budget.account(unit, path, size):
+                    path.unlink(missing_ok=True)  # its unit was aged while rendering
+            self.budget.enforce()
+            self.exported += 1
+        except OSError as exc:
+            self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}", rendering=index)
+        except Exception as exc:  # never let the thread die silently
+            self._fail(f"internal error while exporting iteration {index}: {exc!r}", rendering=index)
+
+    # -- failures --------------------------------------------------------------------------
+    def _fail(self, message: str, batch: list[int] | None = None, rendering: int | None = None) -> None:
+        """Stop for good, saying exactly what the raw store kept (read back from the disk:
+        a failed write may have landed whole, in part, or not at all)."""
+        if self.failed:
+            return
+        self.failed = True
+        self._on_fatal(f"{message}; {self._saved_text(batch or [], rendering)}")
+
+    def _saved_text(self, batch: list[int], rendering: int | None) -> str:
+        try:
+            saved = rawstore.indices(self.device_dir)
+        except OSError as exc:
+            return (f"what was saved is unknown (cannot read {self.device_dir / 'data'}: "
+                    f"{exc.strerror or exc})")
+        lost = sorted(set(batch) - saved)
+        text = (f"raw data saved for {len(saved)} iteration(s) ({', '.join(ranges(saved))}; last saved: "
+                f"{max(saved)})" if saved else "no iteration's raw data was saved")
+        if lost:
+            text += f"; not saved: iteration(s) {', '.join(ranges(lost))}"
+        unrendered = {i for i, _, _, _ in self._todo} | {rendering}
+        unrendered |= {i for first, last in self.unrendered for i in range(first, last + 1)}
+        unrendered &= saved
+        if unrendered:
+            text += (f"; iteration(s) {', '.join(ranges(unrendered))} not rendered "
+                     f"(`jobprof export {self.device_dir.parent}` renders saved ones)")
+        return text
+
+    def _writer_failed(self, plugin: str, message: str) -> None:
+        self._render_failed.add(plugin)
+        self._on_plugin_error(plugin, message)
+
+    def _bad_stream(self, stream: str, exc: Exception) -> None:
+        owner = self._stream_owner(stream) or stream
+        self._on_plugin_error(owner, f"stream '{stream}' is not JSON-serialisable: {exc}")
