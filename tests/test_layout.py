@@ -1,0 +1,187 @@
+"""The layout of ``core/`` is the data flow, and its import graph says so.
+
+Read from the source (``ast``), not from ``sys.modules``: every ``import`` a module executes
+counts, at module level or inside a function (a lazy import is still a dependency); imports under
+``if TYPE_CHECKING:`` do not (they never run).  Asserted:
+
+* the stages of ARCHITECTURE.md and CONTRIBUTING: ``plugin`` (the contract) imports no other stage;
+  ``files`` and ``ops`` only ``plugin``; ``analysis`` never ``runtime``; ``cli`` never ``runtime``;
+* the module graph has no cycle (every module can be imported on its own, in some order);
+* the core never imports a plugin, and no plugin imports another plugin.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+CORE, PLUGINS = REPO / "core", REPO / "plugins"
+STAGES = ("plugin", "files", "ops", "runtime", "analysis", "cli")
+#: stage -> the stages it may import (itself always allowed)
+ALLOWED = {
+    "plugin": set(),
+    "files": {"plugin"},
+    "ops": {"plugin"},
+    "runtime": {"plugin", "files", "ops", "analysis"},
+    "analysis": {"plugin", "files", "ops"},
+    "cli": {"plugin", "files", "analysis"},
+}
+
+
+def _module_name(path: Path) -> str:
+    if path.is_relative_to(CORE):
+        parts = ["jobprof", *path.relative_to(CORE).with_suffix("").parts]
+    else:
+        parts = ["jobprof", "plugins", *path.relative_to(PLUGINS).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """The jobprof modules ``path`` imports when it runs (``from a import b`` counts ``a.b``
+    when that is a module)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("jobprof"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.startswith("jobprof"):
+                out.add(target)
+                out.update(f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in known)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return {m for m in out if m in known and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = sorted(CORE.rglob("*.py")) + sorted(PLUGINS.rglob("*.py"))
+    names = {_module_name(p): p for p in paths}
+    known = set(names)
+    return {name: _imports(path, name, known) for name, path in names.items()}
+
+
+GRAPH = _graph()
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in STAGES else None
+
+
+def test_core_is_the_stages() -> None:
+    """``ls core/`` shows the stages, the public API (step, mstx) and the autoload."""
+    entries = {p.name for p in CORE.iterdir() if p.name != "__pycache__"}
+    assert entries == {*STAGES, "__init__.py", "_autoload.py", "mstx.py", "py.typed"}, entries
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_stage_imports_only_what_it_may(stage: str) -> None:
+    bad = sorted(f"{module} imports {dep}" for module, deps in GRAPH.items() if _stage(module) == stage
+                 for dep in deps
+                 if _stage(dep) not in (None, stage) and _stage(dep) not in ALLOWED[stage])
+    assert not bad, "\n".join(bad)
+
+
+def test_the_core_never_imports_a_plugin() -> None:
+    bad = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if not m.startswith("jobprof.plugins")
+                 for d in deps if d.startswith("jobprof.plugins"))
+    assert not bad, "\n".join(bad)
+
+
+def test_no_plugin_imports_another() -> None:
+    def plugin_of(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[1] == "plugins" else None
+
+    bad = sorted(f"{m} imports {d}" for m, deps in GRAPH.items() if plugin_of(m)
+                 for d in deps if plugin_of(d) and plugin_of(d) != plugin_of(m))
+    assert not bad, "\n".join(bad)
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    # a package's __init__ importing its own submodules is not a cycle worth reporting
+    # (Python imports the package first); every other back edge is
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for dep in sorted(graph[node]):
+            if dep.startswith(node + "."):
+                continue
+            if state.get(dep) == 1:
+                return [*stack[stack.index(dep):], dep]
+            if dep not in state:
+                found = dfs(dep)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = dfs(node)
+            if found:
+                return found
+    return None
+
+
+def test_the_import_graph_is_a_dag() -> None:
+    cycle = _cycle(GRAPH)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_checker_sees_a_planted_cycle_and_a_forbidden_import() -> None:
+    """The checks above can fail: a graph with a cycle is caught, and so is analysis -> runtime."""
+    planted = {k: set(v) for k, v in GRAPH.items()}
+    planted["jobprof.plugin.types"].add("jobprof.files.export")
+    assert _cycle(planted) is not None
+    assert "jobprof.runtime.session" not in GRAPH["jobprof.analysis.summary"]
+    assert _stage("jobprof.runtime.session") not in ALLOWED["analysis"]
+
+
+def test_old_module_paths_still_import_for_existing_plugins() -> None:
+    """A plugin written before the restructure (``from jobprof.hookspec import hookimpl``) keeps
+    working: the old name is the new module itself, with a DeprecationWarning naming the new path."""
+    import importlib
+    import sys
+
+    from jobprof.plugin import moved, types
+
+    moved.install()
+    moved.install()  # idempotent
+    assert sum(type(f).__name__ == "_Alias" for f in sys.meta_path) == 1
+    sys.modules.pop("jobprof.types", None)
+    with pytest.warns(DeprecationWarning, match="jobprof.types moved to jobprof.plugin.types"):
+        old = importlib.import_module("jobprof.types")
+    assert old is types and old.WriterSpec is types.WriterSpec
+    for name, new in moved.MOVED.items():
+        assert importlib.util.find_spec(new) is not None, new
+        assert not (CORE / (name.split(".")[1] + ".py")).exists(), name
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("jobprof.no_such_module")
