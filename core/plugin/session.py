@@ -1,0 +1,62 @@
+"""What a plugin sees of the running session: :class:`PluginSession`.
+
+The session (``jobprof.runtime.session.Session``) has more inside -- its state machine, the
+sink, the step detector -- but hooks receive it typed as this protocol, so a plugin's type
+checker tells it when it reaches past the contract.  Every member is documented in
+CONTRIBUTING (section 3.3) and exercised by the built-in plugins.
+
+Example::
+
+    from jobprof.plugin.hookspec import hookimpl
+    from jobprof.plugin.session import PluginSession
+
+    @hookimpl
+    def jobprof_session_start(session: PluginSession) -> None:
+        session.attach("gc", GcCollector(origin_ns=session.anchor.monotonic_ns))
+        session.set_info("gc", {"available": True})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from jobprof.plugin.clock import ClockAnchor
+from jobprof.plugin.reporter import Reporter
+from jobprof.plugin.types import Config
+
+
+@runtime_checkable
+class PluginSession(Protocol):
+    """The plugin-facing API of the session, as hooks receive it."""
+
+    #: the validated, effective options
+    config: Config
+    #: jobprof's one voice on stderr: ``warning(text)``, ``error(text)``, ``once_per_job(...)``
+    reporter: Reporter
+    #: this process's clock pair (monotonic ns <-> wall ns) taken when the session started
+    anchor: ClockAnchor
+
+    def attach(self, name: str, obj: Any) -> None:
+        """Keep a plugin's per-run object (its collector) on the session under ``name``."""
+
+    def attached(self, name: str) -> Any:
+        """The object attached under ``name``, or None."""
+
+    def on_root_module(self, listener: Callable[[Any], None], what: str = "") -> None:
+        """Call ``listener(module)`` for every module first seen as a root forward; its time is
+        recorded as jobprof's own (``what`` names it in info.json)."""
+
+    def record_own(self, start_ns: int, end_ns: int, what: str = "") -> None:
+        """Record jobprof's own work (monotonic ns): shown as jobprof's, never as the job's."""
+
+    def request_ops(self, shapes: bool = False, flops: bool = False,
+                    cupti_metrics: tuple[str, ...] = ()) -> None:
+        """Ask for the operators of every iteration (the core stream ``ops``)."""
+
+    def set_info(self, key: str, value: Any) -> None:
+        """Record a JSON-serialisable fact under ``key`` in the ``jobprof`` section of this
+        device's ``info.json`` (e.g. which counter source a plugin used, or why none)."""
+
+    def get_info(self, key: str) -> Any:
+        """A fact set with :meth:`set_info` in this process (by any plugin), or None."""
