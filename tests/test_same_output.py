@@ -1,0 +1,71 @@
+"""A profile written now has the same shape as one written before the package restructure.
+
+Each case runs a fixed deterministic job under PROFILING_MODE=true (a subprocess: this test
+imports nothing from jobprof, whose module paths change) and compares
+``profile_shape.shape(output)`` (every file, header, row, timeline event, key and format, with
+timestamps, durations, OS ids and other run-dependent values masked: see the rules in
+tests/profile_shape.py) with the golden ``tests/data/same_output_<case>.json``.
+
+The goldens were made from commit 71c970e, the last commit before the restructure, with that
+commit's own examples/ scripts, on a CPU VM without cache counters (so l2 writes no file; a
+machine with LLC counters adds l2_cache files and fails the ``l2`` case honestly).  To
+regenerate one (only for an intended output change; say why in the commit):
+
+    PROFILING_MODE=true PROFILING_OPTIONS='{"output": "/tmp/so", ...options of CASES[case]...}' \\
+        python examples/train_mlp.py --steps 3 --workers 0        # or the torchrun line for ddp
+    python tests/profile_shape.py --write tests/data/same_output_<case>.json /tmp/so
+
+and check that three runs give the same file (``--print`` and diff them).
+
+Cases:
+- ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of
+  the workers' dp events is a race), with training_trace, task_trace, aicpu, aic_metrics
+  PipeUtilization, msproftx, l2 and dp on: every tier that runs on one CPU process.
+- ``ddp``: examples/train_ddp.py, 3 steps, 2 gloo ranks under torchrun, training_trace, hccl and
+  msproftx on, task_trace off (with task_trace on, which gloo worker thread ran an op and the
+  Overlap Analysis' Free / Communication(Not Overlapped) split differ run to run).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from profile_shape import diff, dumps, shape
+
+from conftest import REPO, Runner, torchrun
+
+DATA = Path(__file__).resolve().parent / "data"
+
+CASES = {
+    "mlp": {
+        "options": {"training_trace": "on", "task_trace": "on", "aicpu": "on",
+                    "aic_metrics": "PipeUtilization", "msproftx": "on", "l2": "on", "dp": "on"},
+        "script": "train_mlp.py", "args": ["--steps", "3", "--workers", "0"], "ranks": 0,
+    },
+    "ddp": {
+        "options": {"training_trace": "on", "task_trace": "off", "hccl": "on", "msproftx": "on"},
+        "script": "train_ddp.py", "args": ["--steps", "3"], "ranks": 2,
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_same_output(runner: Runner, case: str) -> None:
+    spec = CASES[case]
+    script = REPO / "examples" / spec["script"]
+    if spec["ranks"]:
+        script = torchrun(runner, script, spec["ranks"], *spec["args"])
+        runner.run(script, spec["options"], timeout=120)
+    else:
+        runner.run(script, spec["options"], args=spec["args"], timeout=120)
+    actual = shape(runner.out)
+    golden_path = DATA / f"same_output_{case}.json"
+    golden = json.loads(golden_path.read_text(encoding="utf-8"))
+    if actual != golden:
+        (runner.tmp / "shape.json").write_text(dumps(actual), encoding="utf-8")
+        found = diff(golden, actual)
+        pytest.fail(f"{case}: the profile's shape differs from {golden_path.name} (made from 71c970e); "
+                    f"first differences:\n" + "\n".join(found)
+                    + f"\nwhole shape of this run: {runner.tmp / 'shape.json'}", pytrace=False)
