@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Runner, read_csv
+from conftest import Runner, jobprof_cli, read_csv
 from distributions import make_dist
 
 pytest.importorskip("torch")
@@ -257,7 +257,7 @@ def test_every_group_writes_exactly_its_columns_and_na_where_no_source(exported,
                 float(row[column])
     # every column says where its value comes from
     plugin, metric_set = manager.metric_set(group)
-    assert plugin.startswith("aic_") and list(metric_set.columns) == GROUPS[group]
+    assert plugin == "aic_metrics" and list(metric_set.columns) == GROUPS[group]
     assert set(metric_set.sources) == set(GROUPS[group]) and all(metric_set.sources.values())
 
 
@@ -328,6 +328,39 @@ def test_a_third_party_group_adds_its_column(jobs, tmp_path):
         assert row["arith_intensity(FLOP/B)"] == f"{MM_FLOPS / (MM_READ + MM_WRITTEN):.3f}"
     for row in rows(device, "aten::copy_"):
         assert row["arith_intensity(FLOP/B)"] == "0.000"
+    info = json.loads((device / "info.json.0").read_text())
+    assert "calibration" not in info["jobprof"]  # the built-in plugin stays inactive for this group
+
+
+def test_one_plugin_answers_for_its_own_groups_only():
+    from jobprof.plugin.manager import PluginManager
+    from jobprof.plugins import aic_metrics
+
+    manager = PluginManager()
+    manager.load_entry_points()
+    assert [r.name for r in manager.records() if r.name.startswith("aic_")] == ["aic_metrics"]
+    assert list(aic_metrics.GROUPS) == list(GROUPS)
+    for group, columns in GROUPS.items():
+        plugin, metric_set = manager.metric_set(group)
+        assert (plugin, metric_set.name, list(metric_set.columns)) == ("aic_metrics", group, columns)
+    # another plugin's group, a register list, a wrong case: not its own, so no answer
+    for name in ("Intensity", "Custom:0x1", "memory", ""):
+        assert aic_metrics.jobprof_aic_metrics(name) is None
+        assert manager.metric_set(name) is None
+
+
+def test_jobprof_plugins_lists_every_group_and_a_third_party_one(tmp_path):
+    site = make_dist(tmp_path / "site", "jobprof-intensity", {"jobprof_intensity": INTENSITY},
+                     {"intensity": "jobprof_intensity"})
+    proc = jobprof_cli("plugins", "--json", env={"PYTHONPATH": str(site)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = {r["name"]: r for r in json.loads(proc.stdout)}
+    assert not [name for name in records if name.startswith("aic_") and name != "aic_metrics"]
+    builtin, third = records["aic_metrics"], records["intensity"]
+    assert (builtin["status"], builtin["option_keys"]) == ("active", ["aic_metrics"])
+    assert builtin["files"] == [f"op_summary columns: aic_metrics={group} ({len(columns)} columns)"
+                                for group, columns in GROUPS.items()]
+    assert third["files"] == ["op_summary columns: aic_metrics=Intensity (1 columns)"]
 
 
 # -- the derivations, in-process on operators recorded by the core's capture ------------------

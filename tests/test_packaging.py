@@ -3,9 +3,9 @@ every built-in entry point names a module that exists in the packaged tree.
 
 The package list in pyproject.toml is explicit (the source folders are remapped into the
 ``jobprof`` namespace); a plugin folder missing from it would install from a checkout but be
-absent from the wheel, where its entry point then fails to import.  A folder may register one
-entry point (``dp = "jobprof.plugins.dp"``) or one per module (the aic_metrics groups:
-``aic_memory = "jobprof.plugins.aic_metrics.memory"``).
+absent from the wheel, where its entry point then fails to import.  A folder registers one
+entry point naming its package (``dp = "jobprof.plugins.dp"``; the aic_metrics groups are one
+plugin too: ``aic_metrics = "jobprof.plugins.aic_metrics"``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""What the aic_metrics group plugins share: their hooks' logic and the per-task arithmetic.
+"""What the aic_metrics groups share: the :class:`Group` each module defines, and the per-task
+arithmetic.
 
-Private to this package (each group module is a plugin of its own; plugins of other packages
-never import this).
+Private to this package (the package is the plugin; plugins of other packages never import
+this).
 
 Per task:
 
@@ -45,9 +46,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from jobprof.ops import opmath
 from jobprof.ops.opcapture import NAME
-from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.types import NA, MetricSet
 
 #: calibration keys (jobprof.ops.calibrate)
@@ -55,70 +57,43 @@ MATMUL_PEAK, VECTOR_PEAK, MEMORY_PEAK = "matmul_flops_per_s", "vector_flops_per_
 KB = 1024
 GB = 1e9
 
-# -- the hooks' logic ------------------------------------------------------------------------
+# -- a group ----------------------------------------------------------------------------------
+@attrs.frozen
+class Group:
+    """One built-in group, as its module defines it: the ``op_summary`` columns it appends, the
+    function filling them for one task, where each column's value comes from, and what the
+    values need from the profiled process.
 
-
-def metric_set(name: str, group: str, columns: tuple[str, ...], values: Callable[[Any, Mapping], list],
-               sources: Mapping[str, str], needs_peaks: bool) -> MetricSet | None:
-    """The group's MetricSet when ``name`` is the group, else None."""
-    if name != group:
-        return None
-    return MetricSet(group, columns, values, needs_shapes=True, needs_peaks=needs_peaks, sources=sources)
-
-
-def hooks(group: str, columns: tuple[str, ...], values: Callable[[Any, Mapping], list],
-          sources: Mapping[str, str], *, peaks: bool, flops: bool = False,
-          cupti: tuple[str, ...] = ()) -> tuple[Callable[..., Any], ...]:
-    """The four hooks of a built-in group plugin, for its module to bind by name::
-
-        (jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
-         jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=True)
-
-    ``peaks``: the values need the calibration; ``flops``: Kineto's FLOP estimate (conv2d);
-    ``cupti``: the CUPTI metrics per kernel the group reads on CUDA.
+    ``peaks``: the values need the calibration (measured once, see :func:`calibrate_once`);
+    ``flops``: Kineto's FLOP estimate (conv2d); ``cupti``: the CUPTI metrics per kernel the group
+    reads on CUDA.
     """
 
-    @hookimpl
-    def jobprof_options_schema() -> dict[str, Any]:
-        return options_schema(group)
+    name: str
+    columns: tuple[str, ...]
+    values: Callable[[Any, Mapping], list] = attrs.field(repr=False)
+    sources: Mapping[str, str] = attrs.field(repr=False)
+    peaks: bool = False
+    flops: bool = False
+    cupti: tuple[str, ...] = ()
 
-    @hookimpl
-    def jobprof_aic_metrics(name: str) -> MetricSet | None:
-        return metric_set(name, group, columns, values, sources, needs_peaks=peaks)
+    def metric_set(self) -> MetricSet:
+        """What ``jobprof_aic_metrics`` answers for this group."""
+        return MetricSet(self.name, self.columns, self.values, needs_shapes=True, needs_peaks=self.peaks,
+                         sources=self.sources)
 
-    @hookimpl
-    def jobprof_configure(config: Any) -> bool:
-        return active(config, group)
-
-    @hookimpl
-    def jobprof_session_start(session: Any) -> None:
-        start(session, flops=flops, peaks=peaks, cupti=cupti)
-
-    return jobprof_options_schema, jobprof_aic_metrics, jobprof_configure, jobprof_session_start
+    def start(self, session: Any) -> None:
+        """Ask for operators with shapes (and Kineto's FLOP estimate, CUPTI metrics), and measure
+        the machine's peaks once when the group needs them."""
+        session.request_ops(shapes=True, flops=self.flops, cupti_metrics=self.cupti)
+        if self.peaks:
+            calibrate_once(session)
 
 
 def no_source(columns: tuple[str, ...]) -> Callable[[Any, Mapping], list]:
     """The values of a group whose every column has no source here: N/A for every task."""
     row = [NA] * len(columns)
     return lambda task, machine: list(row)
-
-
-def options_schema(group: str) -> dict[str, Any]:
-    """Claims the core's ``aic_metrics`` key (so it counts as collected); narrows nothing."""
-    return {"properties": {"aic_metrics": {"description": f"{group}: a built-in metric group "
-                                                          "(jobprof.plugins.aic_metrics)"}}}
-
-
-def active(config: Any, group: str) -> bool:
-    return config.get("aic_metrics") == group
-
-
-def start(session: Any, *, flops: bool, peaks: bool, cupti: tuple[str, ...] = ()) -> None:
-    """Ask for operators with shapes (and Kineto's FLOP estimate, CUPTI metrics), and measure
-    the machine's peaks once when the group needs them."""
-    session.request_ops(shapes=True, flops=flops, cupti_metrics=cupti)
-    if peaks:
-        calibrate_once(session)
 
 
 def calibrate_once(session: Any) -> None:
@@ -214,10 +189,11 @@ class Work:
     def __init__(self, name: str | None, count: int | None, moved: tuple[int, int] | None, kind: str | None,
                  kineto_flops: int, p: Peaks) -> None:
         self.cube, self.vector = work(name, count, kineto_flops) if name is not None else (None, None)
-        self.read, self.written = moved if moved is not None else (None, None)
+        self.read: int | None = moved[0] if moved is not None else None
+        self.written: int | None = moved[1] if moved is not None else None
         self.dtype = kind
-        self.mac = unit_time(self.cube, p.matmul.get(kind))
-        self.vec = unit_time(self.vector, p.vector.get(kind))
+        self.mac = unit_time(self.cube, None if kind is None else p.matmul.get(kind))
+        self.vec = unit_time(self.vector, None if kind is None else p.vector.get(kind))
         self.mte2 = unit_time(self.read, p.bandwidth)
         self.mte3 = unit_time(self.written, p.bandwidth)
         self.cells: dict[str, Any] = {}

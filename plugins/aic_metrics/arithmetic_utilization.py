@@ -64,7 +64,7 @@ SOURCES = {
 def _classes(w: g.Work) -> tuple[tuple[float | None, bool], ...]:
     """Per ratio column: (unit time of the class's work, whether the work is in the class).
     Work outside the class, or none at all, shows 0; inside it, its time over the duration."""
-    out = []
+    out: list[tuple[float | None, bool]] = []
     for unit_time, amount, members in ((w.mac, w.cube, _FP16), (w.mac, w.cube, _INT8),
                                        (w.vec, w.vector, _FP32), (w.vec, w.vector, _FP16),
                                        (w.vec, w.vector, _INT32), (w.vec, w.vector, None)):
@@ -89,5 +89,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     return [g.duration_us(task), g.integer(cycles), *shares, cube, vector]
 
 
-(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
- jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True, cupti=CUPTI)
+#: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True, cupti=CUPTI)

@@ -46,5 +46,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     return [g.integer(cupti.get(MAPPING[c])) if c in MAPPING else NA for c in COLUMNS]
 
 
-(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
- jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)
+#: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)

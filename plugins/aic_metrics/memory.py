@@ -64,7 +64,8 @@ def _bw(amount: float | None, seconds: float | None) -> str:
 
 def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     seconds, w = g.derive(task, machine)
-    read, written = w.read, w.written
+    read: float | None = w.read
+    written: float | None = w.written
     cycles = l2_read = l2_write = None
     if task.extra:  # CUDA: the kernel's own counts, when Kineto delivered them
         cupti = g.counters(task, CUPTI)
@@ -76,5 +77,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
             _bw(read, seconds), _bw(written, seconds)]
 
 
-(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
- jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)
+#: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)

@@ -57,5 +57,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
     return list(row)
 
 
-(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
- jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)
+#: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=False, cupti=CUPTI)

@@ -22,5 +22,5 @@ SOURCES = {column: _REASON for column in COLUMNS}
 values = g.no_source(COLUMNS)
 
 
-(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
- jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=False)
+#: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=False)

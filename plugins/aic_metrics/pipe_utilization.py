@@ -86,5 +86,5 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
             NA, mte2_us, ratio(w.mte2, seconds), mte3_us, ratio(w.mte3, seconds), NA, bound]
 
 
-(jobprof_options_schema, jobprof_aic_metrics, jobprof_configure,
- jobprof_session_start) = g.hooks(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True)
+#: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True)
