@@ -17,6 +17,10 @@ regenerate one (only for an intended output change; say why in the commit):
 
 and check that three runs give the same file (``--print`` and diff them).
 
+One intended change since 71c970e, edited in by hand: the eight ``aic_*`` metric-group plugins
+became one plugin, ``aic_metrics``, so info.json's list of active plugins names it instead of
+``aic_pipe_utilization``.
+
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of
   the workers' dp events is a race), with training_trace, task_trace, aicpu, aic_metrics

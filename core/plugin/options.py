@@ -35,7 +35,7 @@ MSPROF_DEFAULT = {
     "aic_metrics": "PipeUtilization",
     "msproftx": "off",
 }
-#: msprof's aic_metrics groups (contract 1.2); each is a plugin answering jobprof_aic_metrics
+#: msprof's aic_metrics groups (contract 1.2), answered by the built-in aic_metrics plugin
 METRIC_GROUPS = ("PipeUtilization", "ArithmeticUtilization", "Memory", "MemoryL0", "MemoryUB",
                  "ResourceConflictRatio", "L2Cache", "MemoryAccess")
 #: keys a plugin fragment may widen with ``{"enum": [...]}``: a third-party aic_metrics group
@@ -118,6 +118,68 @@ def compose(fragments: Iterable[tuple[str, Mapping[str, Any]]]) -> Composed:
             owners.setdefault(key, plugin)
         schema.setdefault("allOf", []).extend(fragment.get("allOf", []))
     return Composed(schema, owners)
+
+
+def fragment_problem(fragment: Mapping[str, Any]) -> str | None:
+    """What is wrong with one plugin's options-schema fragment, in a few words; None if nothing.
+
+    The manager's contract check for ``jobprof_options_schema`` (the plugin is then failed with
+    "returned <this>"): an invalid Draft 2020-12 schema, or ``$ref``s that resolve to nothing in
+    the composed schema (jsonschema would only fail when the key is used, inside :func:`load`).
+    """
+    try:
+        jsonschema.Draft202012Validator.check_schema(dict(fragment))
+    except jsonschema.SchemaError as exc:
+        return f"an invalid JSON Schema: {exc.message}"
+    dangling = _dangling_refs(fragment)
+    if dangling:
+        return f"a schema with $ref(s) that resolve to nothing: {', '.join(dangling)}"
+    return None
+
+
+def _dangling_refs(fragment: Mapping[str, Any]) -> list[str]:
+    """``$ref``s of a fragment that do not resolve in the composed options schema."""
+    core = schemas.load("options")
+    merged = {**core, "$defs": {**core.get("$defs", {}), **dict(fragment.get("$defs", {}))},
+              "properties": {**core.get("properties", {}), **dict(fragment.get("properties", {}))}}
+    refs: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, Mapping):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(fragment)
+    out = []
+    for ref in refs:
+        pointer = ref[len(core.get("$id", "")):] if ref.startswith(core.get("$id", "#")) else ref
+        if not pointer.startswith("#") or _resolve(merged, pointer[1:]) is _MISSING:
+            out.append(ref)
+    return sorted(set(out))
+
+
+_MISSING = object()
+
+
+def _resolve(document: Any, pointer: str) -> Any:
+    """JSON Pointer (RFC 6901, URI-fragment form) lookup; _MISSING when it leads nowhere."""
+    from urllib.parse import unquote
+
+    node = document
+    for part in pointer.split("/")[1:] if pointer else []:
+        part = unquote(part).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
 
 
 def _parts(sub: Any) -> Iterator[Mapping[str, Any]]:
