@@ -13,13 +13,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from jobprof.analysis.selection import ALL, Selection
 from jobprof.files import rawstore
 from jobprof.files.export import device_dirs
 from jobprof.files.profdir import PROF_RE, info_rank, iteration_files
-from jobprof.plugin.types import Iteration
+from jobprof.plugin.types import Iteration, SharedRecord
+
+_R = TypeVar("_R", bound=SharedRecord)
 
 #: records of one stream on one device above which it is re-read instead of kept
 LIGHT_RECORDS = 50_000
@@ -130,6 +132,15 @@ class Profile:
                 for record in streams.get(stream, ()):
                     yield {**record, "_device": dev, "_iteration": index} if isinstance(record, dict) \
                         else record
+
+    def typed(self, kind: type[_R], device: int | None = None) -> Iterator[tuple[int, int, _R]]:
+        """Every selected record of a declared shared stream (``kind``, e.g.
+        :class:`~jobprof.plugin.types.CollectiveRecord`) that is shaped as ``kind`` declares, as
+        ``(device, iteration, record)``; the others (an old or damaged profile) are left out."""
+        for raw in self.records(kind.STREAM, device):
+            record = kind.from_raw(raw)
+            if record is not None:
+                yield raw["_device"], raw["_iteration"], record
 
     # -- rendered files -------------------------------------------------------------------
     def summary_files(self, device: int, name: str) -> list[Path]:

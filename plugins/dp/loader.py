@@ -25,6 +25,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
+from jobprof.plugin.types import BatchRecord, LoaderRecord, WorkerFetchRecord
 from jobprof.plugins.dp import fetch
 from jobprof.plugins.dp.channel import Receiver
 
@@ -198,13 +199,11 @@ class LoaderCollector:
                 self._fetches[:0] = [f for f in fetches if f.end > end_ns]
         records: list[dict[str, Any]] = []
         used: Counter[int] = Counter()
+        # the stream's declared records (jobprof.plugin.types), built here off the training thread
         for loader, number, start, end, before, after, worker, tid, produced in batches:
             used[loader] += 1
-            record = {"k": "next", "l": loader, "b": number, "t0": start, "t1": end, "q0": before,
-                      "q1": after, "w": worker, "tid": tid}
-            if produced is not None:
-                record["f"] = list(produced)
-            records.append(record)
+            records.append(BatchRecord(start, end, loader, number, before, after, worker, tid,
+                                       None if produced is None else tuple(produced)).to_raw())
         for f in mine:
             loader = self._seeds.get(f.base_seed, -1)
             if f.worker >= self._workers.get(loader, fetch.MAX_WORKERS):  # the loader has no such worker
@@ -213,11 +212,12 @@ class LoaderCollector:
             used[loader] += 1
             if f.dropped:
                 self.dropped[f.pid] = max(self.dropped.get(f.pid, 0), f.dropped)
-            records.append({"k": "fetch", "l": loader, "w": f.worker, "pid": f.pid, "n": f.size,
-                            "t0": f.fetch_start, "t1": f.collate_start, "t2": f.end})
+            records.append(WorkerFetchRecord(f.fetch_start, f.collate_start, f.end, loader, f.worker,
+                                             f.pid, f.size).to_raw())
         for loader in sorted(used):
             if loader in self.names:
-                records.append({"k": "loader", "l": loader, **self.names[loader]})
+                about = self.names[loader]
+                records.append(LoaderRecord(loader, about["dataset"], about["workers"]).to_raw())
         return records
 
 

@@ -38,6 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from jobprof.plugin.types import CollectiveRecord
 from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
 
 #: records waiting for their iteration (about 1 KB each); beyond this the oldest are dropped
@@ -294,14 +295,23 @@ class Capture:
             self._queue(record)
 
     def _plain(self, record: dict[str, Any]) -> dict[str, Any]:
-        group = record.pop("group")
+        """The raw record of a finished operation, through the stream's declaration
+        (:class:`jobprof.plugin.types.CollectiveRecord`): on the sink thread, once per operation;
+        the calling thread only built the working dict."""
+        group = record["group"]
         if group["ranks"] is None:
             group["ranks"] = self._global_ranks(group)
         n = chunks(record["op"], group["size"])
-        record.update({"group": group["name"], "group_desc": group["desc"], "ranks": group["ranks"],
-                       "rank_size": group["size"], "rank": group["rank"], "backend": group["backend"],
-                       "count": record.pop("chunk_count") * n, "bytes": record.pop("chunk_bytes") * n})
-        return record
+        ranks = group["ranks"]
+        return CollectiveRecord(
+            record["op"], record["start_ns"], record["end_ns"], seq=record["seq"],
+            call_end_ns=record["call_end_ns"], dtype=record["dtype"], peer=record["peer"],
+            is_async=record["async"], in_backward=record["in_backward"], tid=record["tid"],
+            end_from=record["end_from"], state=record["state"],
+            duration_unknown=record.get("duration_unknown", False), group=group["name"],
+            group_desc=group["desc"], ranks=None if ranks is None else tuple(ranks), rank_size=group["size"],
+            rank=group["rank"], backend=group["backend"], count=record["chunk_count"] * n,
+            bytes=record["chunk_bytes"] * n).to_raw()
 
     def _global_ranks(self, group: dict[str, Any]) -> list[int] | None:
         """The group's members as global ranks, from torch.distributed's registry of groups

@@ -36,7 +36,17 @@ from jobprof.ops.opcapture import (
     STRIDES,
     TID,
 )
-from jobprof.plugin.types import NA, ExportContext, WriterSpec
+from jobprof.plugin.types import (
+    NA,
+    BatchRecord,
+    CollectiveRecord,
+    ExportContext,
+    StepPointsRecord,
+    TxRecord,
+    WorkerFetchRecord,
+    WriterSpec,
+    records_of,
+)
 
 NAME_PREFIX = "kineto"
 #: pid of the pseudo device of a CPU-only job: this + device id, far above any Linux pid
@@ -52,8 +62,9 @@ _LANES = 64
 _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
 #: msproftx domain of record_function blocks (already in the ops stream as user_annotation)
 _RECORD_FUNCTION_DOMAIN = "record_function"
-#: the streams a file is rendered from, besides the iteration record
-_SOURCES = ("ops", "training_trace", "hccl", "msproftx", "dp")
+#: the streams a file is rendered from, besides the iteration record; all but the operators
+#: are other plugins' streams, read through their declarations (jobprof.plugin.types)
+_SOURCES = ("ops", StepPointsRecord.STREAM, CollectiveRecord.STREAM, TxRecord.STREAM, BatchRecord.STREAM)
 
 
 def profiler_step(iteration: int) -> int:
@@ -108,11 +119,14 @@ def training_thread(ctx: ExportContext, view: optree.OpView | None) -> int:
     return ctx.pid
 
 
+def _na(value: Any) -> Any:
+    return NA if value is None else value
+
+
 def _phases(b: _Builder, tid: int) -> None:
     ctx, it = b.ctx, b.ctx.iteration
-    records = ctx.records("training_trace")
-    rec = records[0] if records else {}
-    fp, bp = rec.get("fp_start", it.fp_start_ns), rec.get("bp_end", it.bp_end_ns)
+    rec = StepPointsRecord.of(ctx.records(StepPointsRecord.STREAM))
+    fp, bp = (rec.fp_start, rec.bp_end) if rec is not None else (it.fp_start_ns, it.bp_end_ns)
     track = _tid(tid, _PHASES)
     spans = [("Data Aug Bound", it.start_ns, fp) if it.index > 1 and fp is not None else None,
              ("FP_BP", fp, bp) if fp is not None and bp is not None else None,
@@ -126,71 +140,75 @@ def _phases(b: _Builder, tid: int) -> None:
 
 def _collectives(b: _Builder) -> None:
     ctx = b.ctx
-    by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in ctx.records("hccl"):
-        if r.get("start_ns") is not None and r.get("end_ns") is not None:
-            by_thread[r.get("tid") or ctx.pid].append(r)
+    by_thread: dict[int, list[CollectiveRecord]] = defaultdict(list)
+    for r in records_of(ctx, CollectiveRecord):
+        by_thread[r.tid or ctx.pid].append(r)
     for thread, rows in sorted(by_thread.items()):
-        rows.sort(key=lambda r: (r["start_ns"], -r["end_ns"]))
-        for r, lane in zip(rows, assign_lanes([(r["start_ns"], r["end_ns"]) for r in rows]), strict=True):
+        rows.sort(key=lambda r: (r.start_ns, -r.end_ns))
+        for r, lane in zip(rows, assign_lanes([(r.start_ns, r.end_ns) for r in rows]), strict=True):
             track = _tid(thread, _COLLECTIVES, lane)
             b.threads[(ctx.pid, track)] = _track_name(thread, _COLLECTIVES, lane)
             # torch.profiler's record_param_comms argument names; "Rank" keeps its capital: HTA
             # takes a file's rank from the first lowercase "rank" key (distributedInfo's)
-            b.span("user_annotation", f"jobprof:{r['op']}", ctx.pid, track, r["start_ns"], r["end_ns"], {
-                "External id": b.next_external(), "Collective name": r["op"],
-                "In msg nelems": r.get("count", NA), "Group size": r.get("rank_size", NA),
-                "dtype": r.get("dtype") or NA, "Process Group Name": r.get("group", NA),
-                "Process Group Description": r.get("group_desc") or NA,
-                "Process Group Ranks": r.get("ranks") or NA, "Rank": r.get("rank", NA),
-                "Seq": r.get("seq", NA), "bytes": r.get("bytes", NA),
-                "async": r.get("async") if r.get("async") is not None else NA,
-                "end from": r.get("end_from", NA), "duration unknown": bool(r.get("duration_unknown")),
-                "jobprof source": "hccl"})
+            b.span("user_annotation", f"jobprof:{r.op}", ctx.pid, track, r.start_ns, r.end_ns, {
+                "External id": b.next_external(), "Collective name": r.op,
+                "In msg nelems": _na(r.count), "Group size": _na(r.rank_size),
+                "dtype": r.dtype or NA, "Process Group Name": _na(r.group),
+                "Process Group Description": r.group_desc or NA,
+                "Process Group Ranks": list(r.ranks) if r.ranks else NA, "Rank": _na(r.rank),
+                "Seq": _na(r.seq), "bytes": _na(r.bytes), "async": _na(r.is_async),
+                "end from": _na(r.end_from), "duration unknown": r.duration_unknown,
+                "jobprof source": CollectiveRecord.STREAM})
 
 
 def _mstx(b: _Builder, skip_record_function: bool) -> None:
     ctx = b.ctx
-    by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for r in ctx.records("msproftx"):
-        if skip_record_function and r.get("d") == _RECORD_FUNCTION_DOMAIN:
+    by_thread: dict[int, list[TxRecord]] = defaultdict(list)
+    for r in records_of(ctx, TxRecord):
+        if skip_record_function and r.domain == _RECORD_FUNCTION_DOMAIN:
             continue
-        by_thread[r["t"]].append(r)
+        by_thread[r.thread].append(r)
     for thread, rows in sorted(by_thread.items()):
-        rows.sort(key=lambda r: (r["s"], -r["e"]))
-        for r, lane in zip(rows, assign_lanes([(r["s"], r["e"]) for r in rows]), strict=True):
+        rows.sort(key=lambda r: (r.start_ns, -r.end_ns))
+        for r, lane in zip(rows, assign_lanes([(r.start_ns, r.end_ns) for r in rows]), strict=True):
             track = _tid(thread, _MSTX, lane)
             b.threads[(ctx.pid, track)] = _track_name(thread, _MSTX, lane)
-            args = {"External id": b.next_external(), "domain": r.get("d", NA), "jobprof source": "msproftx"}
-            if r.get("k") == "m":  # a marker: an instant, as Kineto writes its instant events
-                b.events.append({"ph": "i", "s": "t", "cat": "user_annotation", "name": str(r["m"]),
-                                 "pid": ctx.pid, "tid": track, "ts": b.us(r["s"]), "args": args})
+            args = {"External id": b.next_external(), "domain": _na(r.domain),
+                    "jobprof source": TxRecord.STREAM}
+            if r.is_marker:  # a marker: an instant, as Kineto writes its instant events
+                b.events.append({"ph": "i", "s": "t", "cat": "user_annotation", "name": r.message,
+                                 "pid": ctx.pid, "tid": track, "ts": b.us(r.start_ns), "args": args})
             else:
-                b.span("user_annotation", str(r["m"]), ctx.pid, track, r["s"], r["e"], args)
+                b.span("user_annotation", r.message, ctx.pid, track, r.start_ns, r.end_ns, args)
 
 
 def _dataloader(b: _Builder) -> None:
     """The loop's wait in ``next()`` per loader (the main-process fetch nests in it), and each
     worker process's fetch and collate on that worker's own pid."""
-    ctx = b.ctx
-    for r in ctx.records("dp"):
-        kind = r.get("k")
-        if kind == "next":
-            track = _tid(ctx.pid, _DATALOADER, r.get("l", 0))
-            b.threads[(ctx.pid, track)] = f"loader{r.get('l', 0)} ({_FAMILY[_DATALOADER]})"
-            b.span("user_annotation", f"next(loader{r.get('l', 0)})", ctx.pid, track, r["t0"], r["t1"],
-                   {"External id": b.next_external(), "batch": r.get("b", NA), "jobprof source": "dp"})
-            if "f" in r:
-                t0, t1, t2, size = r["f"]
+    ctx, source = b.ctx, BatchRecord.STREAM
+    for raw in ctx.records(source):  # one pass: the two kinds keep their order in the stream
+        batch = BatchRecord.from_raw(raw)
+        if batch is not None:
+            track = _tid(ctx.pid, _DATALOADER, batch.loader)
+            b.threads[(ctx.pid, track)] = f"loader{batch.loader} ({_FAMILY[_DATALOADER]})"
+            b.span("user_annotation", f"next(loader{batch.loader})", ctx.pid, track, batch.start_ns,
+                   batch.end_ns, {"External id": b.next_external(), "batch": _na(batch.number),
+                                  "jobprof source": source})
+            if batch.produced is not None:
+                t0, t1, t2, size = batch.produced
                 for name, a, z in (("fetch", t0, t1), ("collate", t1, t2)):
                     b.span("user_annotation", name, ctx.pid, track, a, z,
-                           {"External id": b.next_external(), "samples": size, "jobprof source": "dp"})
-        elif kind == "fetch" and r.get("pid"):
-            pid = r["pid"]
-            b.threads[(pid, pid)] = f"loader{r.get('l', 0)} worker{r.get('w', 0)}"
-            for name, a, z in (("fetch", r["t0"], r["t1"]), ("collate", r["t1"], r["t2"])):
+                           {"External id": b.next_external(), "samples": size, "jobprof source": source})
+            continue
+        fetch = WorkerFetchRecord.from_raw(raw)
+        if fetch is not None and fetch.pid:
+            pid = fetch.pid
+            b.threads[(pid, pid)] = f"loader{fetch.loader} worker{fetch.worker}"
+            for name, a, z in (("fetch", fetch.fetch_start, fetch.collate_start),
+                               ("collate", fetch.collate_start, fetch.end)):
                 b.span("user_annotation", name, pid, pid, a, z,
-                       {"External id": b.next_external(), "samples": r.get("n", NA), "jobprof source": "dp"})
+                       {"External id": b.next_external(), "samples": _na(fetch.samples),
+                        "jobprof source": source})
 
 
 def _input_args(record: list[Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 from jobprof.files.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label, dumps
 from jobprof.ops import optree
 from jobprof.ops.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, TID
-from jobprof.plugin.types import ExportContext
+from jobprof.plugin.types import CollectiveRecord, ExportContext, records_of
 from jobprof.plugins.task_trace.table import TaskTable, table
 
 HOST_PROCESS = "CANN"
@@ -187,9 +187,7 @@ def _add_overlap(ctx: ExportContext, timeline: Timeline, view: optree.OpView) ->
     comm = optree.COMMUNICATION
     computing = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type != comm]
     communication = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type == comm]
-    for r in ctx.records("hccl"):
-        if isinstance(r, dict) and r.get("start_ns") is not None and r.get("end_ns") is not None:
-            communication.append((r["start_ns"], r["end_ns"]))
+    communication += [(r.start_ns, r.end_ns) for r in records_of(ctx, CollectiveRecord)]
     spans = optree.overlap(computing, communication, it.start_ns, it.end_ns)
     pid = timeline.process(OVERLAP_PROCESS, device_label(ctx.device_id))
     offset = ctx.axis.offset_ns

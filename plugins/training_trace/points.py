@@ -14,6 +14,8 @@ import weakref
 from collections import deque
 from typing import Any
 
+from jobprof.plugin.types import StepPointsRecord
+
 _now = time.monotonic_ns
 #: hits remembered while no iteration takes them
 MAX_PENDING = 100_000
@@ -79,12 +81,12 @@ class PointCollector:
             t = hits.popleft()
             if t >= lo:
                 bp_own = t  # the last gradient of the point in the iteration
-        return [{
-            "fp_start": fp_own if fp_own is not None else iteration.fp_start_ns,
-            "bp_end": bp_own if bp_own is not None else iteration.bp_end_ns,
-            "fp_source": "fp_point" if fp_own is not None else "auto",
-            "bp_source": "bp_point" if bp_own is not None else "auto",
-        }]
+        return [StepPointsRecord(
+            fp_own if fp_own is not None else iteration.fp_start_ns,
+            bp_own if bp_own is not None else iteration.bp_end_ns,
+            "fp_point" if fp_own is not None else "auto",
+            "bp_point" if bp_own is not None else "auto",
+        ).to_raw()]
 
     def remove(self) -> None:
         for handle in self._handles:

@@ -8,10 +8,11 @@ from typing import Any
 from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
 from jobprof.files.rawstore import PROFILER_STREAM
 from jobprof.files.timeline import DEVICE_PROCESS, SYNTHETIC_TID, Timeline, device_label, dumps, process_pid
-from jobprof.plugin.types import NA, ExportContext, Iteration
+from jobprof.plugin.types import NA, CollectiveRecord, ExportContext, Iteration, StepPointsRecord, records_of
 
-#: the plugin's raw stream: one record per iteration with its marked points
-STREAM = "training_trace"
+#: the plugin's raw stream: one record per iteration with its marked points (declared as
+#: jobprof.plugin.types.StepPointsRecord: kineto reads it too)
+STREAM = StepPointsRecord.STREAM
 HEADER = ["Device_id", "Iteration ID", "FP Start(us)", "BP End(us)", "Iteration End(us)",
           "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)",
           "Model ID"]
@@ -22,17 +23,16 @@ REDUCE_OPS = {"all_reduce", "all_reduce_coalesced", "allreduce", "hcom_allreduce
 
 def fp_bp(it: Iteration, records: Sequence[Mapping[str, Any]]) -> tuple[int | None, int | None]:
     """FP Start and BP End of an iteration: the stream's marked points, else the detector's."""
-    rec = records[0] if records else {}
-    return rec.get("fp_start", it.fp_start_ns), rec.get("bp_end", it.bp_end_ns)
+    rec = StepPointsRecord.of(records)
+    return (rec.fp_start, rec.bp_end) if rec is not None else (it.fp_start_ns, it.bp_end_ns)
 
 
 def step_values(ctx: ExportContext) -> dict[str, Any]:
     """Monotonic-ns facts of the iteration: start, end, fp, bp and the reduce spans."""
     it = ctx.iteration
     fp, bp = fp_bp(it, ctx.records(STREAM))
-    reduces = sorted((r["start_ns"], r["end_ns"]) for r in ctx.records("hccl")
-                     if str(r.get("op", "")).lower() in REDUCE_OPS
-                     and it.start_ns <= r.get("start_ns", -1) <= it.end_ns)
+    reduces = sorted((r.start_ns, r.end_ns) for r in records_of(ctx, CollectiveRecord)
+                     if r.op.lower() in REDUCE_OPS and it.start_ns <= r.start_ns <= it.end_ns)
     prev_end = it.start_ns if it.index > 1 else None
     return {"start": it.start_ns, "end": it.end_ns, "fp": fp, "bp": bp, "reduces": reduces,
             "prev_end": prev_end, "own_before_fp": own_ns(ctx, prev_end, fp)}
