@@ -48,7 +48,7 @@ def metric_group_available(name: str = METRIC_GROUP) -> str | None:
 
     manager = PluginManager(Reporter())
     manager.load_entry_points()
-    answer = manager.metric_set(name)
+    answer = manager.aic_metrics(name)
     return answer[0] if answer else None
 
 

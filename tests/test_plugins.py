@@ -19,10 +19,10 @@ import pytest
 
 from conftest import Runner, jobprof_cli, raw, raw_iterations
 from distributions import make_dist
-from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.hookspec import Answer, hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.types import MetricSet, WriterSpec
 
 ITERATIONS = 5
 MODEL = 4294967295
@@ -538,7 +538,7 @@ def test_fail_is_idempotent_and_keeps_the_first_error():
     manager.fail("p", "second")
     assert manager.record("p").error == "first"
     assert stream.getvalue() == "jobprof: warning: plugin 'p' disabled: first\n"
-    assert manager.call("jobprof_configure", config=None) == []
+    assert manager.configure(None) == []
 
 
 def test_generator_results_are_listed_inside_the_isolation():
@@ -559,7 +559,7 @@ def test_generator_results_are_listed_inside_the_isolation():
 
     manager.register(Lazy, "lazy")
     manager.register(Exploding, "exploding")
-    results = manager.call("jobprof_writers", config=None)
+    results = manager.writers(None)
     assert [(name, [s.name for s in specs]) for name, specs in results] == [("lazy", ["lazy"])]
     assert "plugin 'exploding' disabled: jobprof_writers raised RuntimeError: late failure" \
         in stream.getvalue()
@@ -567,19 +567,166 @@ def test_generator_results_are_listed_inside_the_isolation():
     assert manager.is_active("lazy") and not manager.is_active("exploding")
 
 
-def test_hook_wrappers_are_refused():
+def test_old_style_hook_wrappers_are_refused():
     manager, _ = _manager()
 
     class Wrapper:
         @staticmethod
-        @hookimpl(wrapper=True)
+        @hookimpl(hookwrapper=True)
         def jobprof_configure(config: object):
-            return (yield)
+            yield
 
-    with pytest.raises(ValueError, match="hook wrappers are not supported: jobprof_configure"):
+    with pytest.raises(ValueError, match=r"old-style hook wrappers .* use wrapper=True: jobprof_configure"):
         manager.register(Wrapper, "wrapper")
-    assert not manager.pm.has_plugin("wrapper")
+    assert not manager.has_plugin("wrapper")
     assert manager.record("wrapper") is None
+
+
+def _writer_plugin(name: str) -> type:
+    class P:
+        @staticmethod
+        @hookimpl
+        def jobprof_writers(config: object) -> list:
+            return [WriterSpec(name, "csv", lambda ctx: "")]
+
+    return P
+
+
+def test_a_wrapper_wraps_the_hook_and_sees_the_checked_answers():
+    manager, stream = _manager()
+    seen: list = []
+
+    class Wrapper:
+        @staticmethod
+        @hookimpl(wrapper=True)
+        def jobprof_writers(config: object):
+            answers = yield
+            seen.append(list(answers))
+            # drops one answer, adds its own (a generator: checked and listed like any answer)
+            mine = Answer("wrapper", (WriterSpec(n, "csv", lambda ctx: "") for n in ["extra"]))
+            return [a for a in answers if a.plugin != "b"] + [mine]
+
+    manager.register(_writer_plugin("a_file"), "a")
+    manager.register(_writer_plugin("b_file"), "b")
+    manager.register(Wrapper, "wrapper")
+    results = manager.writers(None)
+    assert [(name, [s.name for s in specs]) for name, specs in results] == \
+        [("a", ["a_file"]), ("wrapper", ["extra"])]
+    # the wrapper saw both implementations' answers, in registration order, already listed
+    assert [(a.plugin, [s.name for s in a.value]) for a in seen[0]] == [("a", ["a_file"]), ("b", ["b_file"])]
+    assert stream.getvalue() == ""
+
+
+def test_a_wrapper_of_the_hand_over_takes_it_through_pluggy():
+    manager, _ = _manager()
+    calls: list = []
+
+    class Temp:
+        @staticmethod
+        @hookimpl
+        def jobprof_iteration_end(iteration: object) -> dict:
+            return {"temp": [iteration]}
+
+    class Timer:
+        @staticmethod
+        @hookimpl(wrapper=True)
+        def jobprof_iteration_end(session: object, iteration: object):
+            answers = yield
+            calls.append([(a.plugin, a.value) for a in answers])
+            return answers
+
+    manager.register(Temp, "temp")
+    assert manager.iteration_end(None, 1) == [("temp", {"temp": [1]})]  # the direct plan
+    manager.register(Timer, "timer")
+    assert manager.iteration_end(None, 2) == [("temp", {"temp": [2]})]
+    assert calls == [[("temp", {"temp": [2]})]]
+    manager.deactivate("timer")  # an inactive wrapper wraps nothing: back to the direct plan
+    assert manager.iteration_end(None, 3) == [("temp", {"temp": [3]})]
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("where", ["before", "after", "returns"])
+def test_a_failing_wrapper_is_disabled_by_name_and_the_answers_pass(where: str):
+    manager, stream = _manager()
+
+    class Broken:
+        @staticmethod
+        @hookimpl(wrapper=True)
+        def jobprof_writers(config: object):
+            if where == "before":
+                raise RuntimeError("no setup")
+            yield
+            if where == "after":
+                raise RuntimeError("no teardown")
+            return {"not": "a list"}
+
+    manager.register(_writer_plugin("a_file"), "a")
+    manager.register(Broken, "broken")
+    results = manager.writers(None)
+    assert [(name, [s.name for s in specs]) for name, specs in results] == [("a", ["a_file"])]
+    message = {"before": "jobprof_writers raised RuntimeError: no setup (test_plugins.py:",
+               "after": "jobprof_writers raised RuntimeError: no teardown (test_plugins.py:",
+               "returns": "jobprof_writers wrapper returned dict, not a list of Answer"}[where]
+    assert stream.getvalue().startswith(f"jobprof: warning: plugin 'broken' disabled: {message}")
+    assert stream.getvalue().count("disabled") == 1
+    assert manager.active() == ["a"]
+    assert [name for name, _ in manager.writers(None)] == ["a"]  # the wrapper is gone for good
+
+
+def test_firstresult_stops_at_the_first_answer_built_ins_first():
+    manager, stream = _manager()
+    manager.load_entry_points({})
+    asked: list[str] = []
+
+    def group_plugin(plugin: str, group: str) -> type:
+        class P:
+            @staticmethod
+            @hookimpl
+            def jobprof_aic_metrics(name: str) -> MetricSet | None:
+                asked.append(plugin)
+                if name == group:
+                    return MetricSet(group, [f"{plugin}_col"], values=lambda task, machine: [1])
+                return None
+
+        return P
+
+    # registered after the built-ins: pluggy alone would ask these first
+    manager.register(group_plugin("second", "PipeUtilization"), "second")
+    manager.register(group_plugin("third", "Intensity"), "third")
+    manager.register(group_plugin("fourth", "Intensity"), "fourth")
+    plugin, metrics = manager.aic_metrics("PipeUtilization")
+    assert plugin == "aic_metrics" and "second_col" not in metrics.columns
+    assert asked == []  # the built-in answered: no later implementation was called
+    plugin, metrics = manager.aic_metrics("Intensity")
+    assert (plugin, list(metrics.columns)) == ("third", ["third_col"])
+    assert asked == ["second", "third"]  # in registration order, stopped at the first answer
+    assert manager.aic_metrics(None) is None
+    assert "disabled" not in stream.getvalue()
+
+
+def test_deactivate_leaves_a_plugin_out_of_the_session_hooks():
+    manager, _ = _manager()
+    started: list = []
+
+    class P:
+        @staticmethod
+        @hookimpl
+        def jobprof_session_start(session: object) -> None:
+            started.append(session)
+
+        @staticmethod
+        @hookimpl
+        def jobprof_iteration_end(iteration: object) -> dict:
+            return {"p": [iteration]}
+
+    manager.register(P, "p")
+    assert manager.iteration_end(None, 1) == [("p", {"p": [1]})]
+    assert manager.active_set() == {"p"}
+    manager.deactivate("p")
+    assert manager.inactive == {"p"} and not manager.is_active("p")
+    assert manager.iteration_end(None, 2) == [] and manager.active_set() == frozenset()
+    manager.session_start("s")
+    assert started == []
 
 
 def test_streams_belong_to_the_first_plugin_that_returns_them():
@@ -599,7 +746,7 @@ def test_streams_belong_to_the_first_plugin_that_returns_them():
     manager.register(plugin({"iteration": []}), "core_thief")
     manager.register(plugin({"Bad-Name": []}), "bad_name")
     manager.register(plugin({"ok": "not a list"}), "not_list")
-    assert manager.call("jobprof_iteration_end", iteration=None) == [("first", {"temp": [1]})]
+    assert manager.iteration_end(None, None) == [("first", {"temp": [1]})]
     assert manager.stream_owner("temp") == "first"
     assert manager.active() == ["first"]
     for name in ("second", "core_thief", "bad_name", "not_list"):

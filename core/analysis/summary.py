@@ -49,7 +49,7 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
         if not records:
             continue
         it = Iteration.from_record(records[0])
-        answers = manager.call("jobprof_iteration_spans", iteration=it, streams=streams)
+        answers = manager.iteration_spans(it, streams)
         spans = breakdown.collect(a for _, a in answers)
         if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
             spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
@@ -171,7 +171,7 @@ def summarize(profile: Profile, manager: PluginManager, progress: Progress = qui
         rows = list(iteration_rows(profile, manager, device, progress))
         ranks.append(_rank_entry(profile, device, rows))
         rows_by_rank[profile.rank(device)] = rows
-    sections: list[Section] = [s for _, found in manager.call("jobprof_report_sections", profile=profile)
+    sections: list[Section] = [s for _, found in manager.report_sections(profile)
                                for s in found or ()]
     model: dict[str, Any] = {
         "schema": SCHEMA, "prof_dir": str(profile.path), "selection": profile.selection.describe(),

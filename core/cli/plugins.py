@@ -23,17 +23,19 @@ def run(args: argparse.Namespace) -> int:
     manager, _ = new_manager()
     manager.load_entry_points()
     keys: dict[str, list[str]] = {}
-    for name, fragment in manager.call("jobprof_options_schema"):
+    for name, fragment in manager.options_schemas():
         keys[name] = sorted(fragment.get("properties", {}))
     files: dict[str, list[str]] = {}
-    for name, specs in manager.call("jobprof_writers", config=None):
+    for name, specs in manager.writers(None):
         files[name] = [f"{s.folder}/{s.name}_<dev>_<model>_<iter>.{s.extension}" for s in specs]
     # metric groups write no file of their own: they add op_summary columns
     groups = list(options.METRIC_GROUPS)
-    for _, fragment in manager.call("jobprof_options_schema"):
+    for _, fragment in manager.options_schemas():
         groups += fragment.get("properties", {}).get("aic_metrics", {}).get("enum", [])
     for group in dict.fromkeys(groups):
-        for name, metric_set in manager.call("jobprof_aic_metrics", name=group):
+        answer = manager.aic_metrics(group)  # firstresult: the group's owner only
+        if answer is not None:
+            name, metric_set = answer
             files.setdefault(name, []).append(f"op_summary columns: aic_metrics={group} "
                                               f"({len(metric_set.columns)} columns)")
     for name in keys.keys() | files.keys():

@@ -46,7 +46,7 @@ CORE = "jobprof"
 
 def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str, WriterSpec]]:
     """Every plugin's writers, then the core's master timeline (built from every plugin)."""
-    specs = [(plugin, spec) for plugin, specs in manager.call("jobprof_writers", config=config)
+    specs = [(plugin, spec) for plugin, specs in manager.writers(config)
              for spec in specs]
     master = WriterSpec(timeline.NAME, "json", partial(timeline.render_master, manager),
                         "master timeline: the tracks of every plugin")
@@ -104,7 +104,7 @@ def with_metrics(meta: DeviceMeta, manager: PluginManager) -> DeviceMeta:
     """The device's metadata with the metric set its options chose (``aic_metrics``)."""
     if meta.config is None:
         return meta
-    answer = manager.metric_set(meta.config.get("aic_metrics"))
+    answer = manager.aic_metrics(meta.config.get("aic_metrics"))
     return attrs.evolve(meta, metrics=answer[1]) if answer else meta
 
 

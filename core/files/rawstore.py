@@ -25,12 +25,13 @@ from typing import Any
 import attrs
 
 from jobprof.files import fsio
+from jobprof.plugin.types import ITERATION_STREAM, PROFILER_STREAM
 
-ITERATION_STREAM = "iteration"
-#: jobprof's own work inside the iteration, in the job's time: ``[[start_ns, end_ns], ...]``
-#: (hand-overs at iteration ends, what ``Session.record_own`` was told), each span in the raw line
-#: of the iteration it lies in; an empty list says 0, not N/A
-PROFILER_STREAM = "profiler"
+# ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.types ("core streams") and
+# kept importable from here.  PROFILER_STREAM: jobprof's own work inside the iteration, in the
+# job's time, ``[[start_ns, end_ns], ...]`` (hand-overs at iteration ends, what
+# ``Session.record_own`` was told), each span in the raw line of the iteration it lies in; an
+# empty list says 0, not N/A
 SEGMENT_ITERATIONS = 100
 SEGMENT_BYTES = 8 * 1024 * 1024
 _SEGMENT_RE = re.compile(r"^raw\.(\d{9})\.jsonl$")

@@ -127,5 +127,5 @@ class Timeline:
 def render_master(manager: PluginManager, ctx: ExportContext) -> str | None:
     """Ask every active plugin for its tracks of ``ctx``'s iteration and render the file."""
     timeline = Timeline(ctx.pid)
-    manager.call("jobprof_timeline", only_active=True, ctx=ctx, timeline=timeline)
+    manager.timeline(ctx, timeline)
     return timeline.render()

@@ -37,8 +37,11 @@ from typing import Any
 
 import attrs
 
-#: the core's stream of operator records (one JSON list per event, fields below)
-STREAM = "ops"
+from jobprof.plugin.types import OPS_STREAM
+
+#: the core's stream of operator records (one JSON list per event, fields below); declared in
+#: jobprof.plugin.types ("core streams")
+STREAM = OPS_STREAM
 # fields of one op record
 NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
 #: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)

@@ -32,16 +32,16 @@ def prepare(manager: PluginManager, environ: os._Environ | dict = os.environ,
                                     f"{', '.join(unavailable)}; the key may be theirs)")
             if p.message.startswith("unknown option key") else p for p in outcome.problems))
     if outcome.config is not None:
-        for name, active in manager.call("jobprof_configure", config=outcome.config):
+        for name, active in manager.configure(outcome.config):
             if active is False:
-                manager.inactive.add(name)
+                manager.deactivate(name)
     return outcome, composed
 
 
 def compose_with(manager: PluginManager) -> options.Composed:
     """Compose the options schema; a plugin with an invalid fragment is failed, not fatal."""
     while True:
-        fragments = manager.call("jobprof_options_schema")
+        fragments = manager.options_schemas()
         try:
             return options.compose(fragments)
         except jsonschema.SchemaError as exc:

@@ -19,7 +19,29 @@ Lifecycle of one profiled process::
     reporting      jobprof_report_sections(profile)    by `jobprof summary`
 
 A hook that raises disables its plugin for the rest of the process; the job and the other
-plugins carry on, and the reporter names the plugin once.
+plugins carry on, and the reporter names the plugin once.  So does a result the hook's
+contract does not allow (checked by ``jobprof.plugin.manager.CHECKS``).
+
+Hooks are called by pluggy, with pluggy's semantics:
+
+- **Order.** Implementations run built-ins first, then third-party plugins in load order
+  (entry-point name, then ``sys.path``): the first plugin to return a stream or a writer file
+  owns it.  jobprof registers every plain implementation ``trylast`` to get this order, so
+  ``tryfirst``/``trylast`` on a plain implementation have no effect.
+- **firstresult.** ``jobprof_aic_metrics`` is ``firstresult``: pluggy stops at the first
+  implementation that returns something other than None; the later ones are not called.
+- **Wrappers.** A new-style wrapper, ``@hookimpl(wrapper=True)``, runs around the other
+  implementations of a hook (pluggy's own order among wrappers).  What it receives from
+  ``yield`` is the list of :class:`Answer` (plugin, checked value) the implementations
+  returned, or for a firstresult hook the one Answer or None; what it returns replaces it.  It
+  may drop or reorder answers and add its own (``Answer(<its plugin name>, value)``, checked
+  like an implementation's).  A wrapper that raises, or returns anything else, is disabled
+  and the inner result passes through unchanged.  Old-style ``hookwrapper=True`` is refused::
+
+      @hookimpl(wrapper=True)
+      def jobprof_report_sections(profile):
+          answers = yield
+          return [a for a in answers if a.plugin != "noisy"]
 """
 
 from __future__ import annotations
@@ -27,6 +49,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pluggy
 
 if TYPE_CHECKING:
@@ -39,6 +62,15 @@ PROJECT = "jobprof"
 hookspec = pluggy.HookspecMarker(PROJECT)
 #: Decorate plugin functions with this: ``@jobprof.plugin.hookspec.hookimpl``.
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@attrs.frozen
+class Answer:
+    """One implementation's non-None result, as a hook wrapper sees it: who answered, and the
+    value after the hook's contract check (e.g. a generator of WriterSpec already listed)."""
+
+    plugin: str
+    value: Any
 
 
 @hookspec
@@ -104,7 +136,7 @@ def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str
     ``start_ns``/``end_ns`` rather than taking "everything since the last call".  Return
     ``{stream_name: [record, ...]}`` with JSON-serialisable records; the core stores them
     atomically under ``device_<id>/data/`` and passes them to writers.  A stream belongs to the
-    first plugin that returns it.
+    first plugin that returns it (built-ins are called first, then load order).
 
     To keep the training thread free, a stream's value may instead be a zero-argument callable
     returning that list: the core calls it on the ``jobprof-sink`` thread within 0.1 s (and
@@ -164,7 +196,8 @@ def jobprof_aic_metrics(name: str) -> MetricSet | None:
 
     Called by the exporter once per export (in the profiled process when the session starts,
     and by ``jobprof export``) with the group the options chose (``PipeUtilization`` when
-    ``aic_metrics`` is present but empty); the first plugin that answers owns the group.
+    ``aic_metrics`` is present but empty).  A ``firstresult`` hook: the first plugin that
+    answers (built-ins are asked first) owns the group, and pluggy calls no later one.
     The set's ``columns`` are appended to every ``op_summary`` row; its ``values(task,
     machine)`` fills them for one task (see :class:`~jobprof.plugin.types.MetricSet`).  A group
     nobody answers is reported once and gets no columns.  Called whether or not the plugin is

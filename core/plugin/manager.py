@@ -1,12 +1,28 @@
-"""Finds plugins through entry points, loads them, and calls hooks with failure isolation.
+"""Finds plugins through entry points, loads them, and calls hooks through pluggy with failure isolation.
 
-Built-in plugins come in through the same ``jobprof`` entry-point group as third-party ones.
-A plugin that fails to import, implements a hook that does not exist (``check_pending``),
-raises inside a hook (``SystemExit`` included) or returns something the hook's contract does
-not allow is disabled and reported by name, once; nothing it does can stop the job.
+:class:`PluginManager` is a ``pluggy.PluginManager`` (the model is conda's
+``CondaPluginManager``): hooks are called by pluggy (``self.hook.jobprof_x(...)``), so pluggy's
+semantics hold (``firstresult``, new-style ``wrapper=True`` implementations).  Each registered
+implementation runs behind an isolating proxy that :meth:`PluginManager._hookexec` hands to
+pluggy instead of the raw ``HookImpl``: a plugin that raises inside a hook (``SystemExit``
+included) or returns something the hook's contract does not allow (:data:`CHECKS`) is disabled
+and reported by name, once, and its proxy answers None; nothing it does can stop the job or
+the other plugins.  A plain implementation's proxy returns an :class:`~jobprof.plugin.hookspec.Answer`
+(plugin name, checked value), so the typed methods (one per hook, tox 4 style: :meth:`writers`,
+:meth:`aic_metrics`, ...) know who answered what.
 
-Name clashes: when two distributions register the same entry-point name, the built-in one
-(distribution ``jobprof``) wins, otherwise the first on ``sys.path``; the other is failed.
+Order: pluggy calls the implementation registered last first.  jobprof registers every plain
+(non-wrapper) implementation ``trylast`` (:meth:`parse_hookimpl_opts`), which turns that into
+registration order, and loads built-ins first: implementations run built-ins first, then
+third-party plugins in load order (entry-point name, then ``sys.path``), so a built-in claims
+its streams and files first and answers a ``firstresult`` hook first.  Plugins' own
+``tryfirst``/``trylast`` on a plain implementation are therefore overridden; on a wrapper they
+keep pluggy's meaning.
+
+Also disabled at registration: a plugin that fails to import, implements a hook that does not
+exist (``check_pending``), or uses an old-style ``hookwrapper=True``.  Name clashes: when two
+distributions register the same entry-point name, the built-in one (distribution ``jobprof``)
+wins, otherwise the first on ``sys.path``; the other is failed.
 """
 
 from __future__ import annotations
@@ -16,26 +32,41 @@ import os
 import re
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 import pluggy
 
-from jobprof.files.rawstore import ITERATION_STREAM, PROFILER_STREAM
-from jobprof.ops.opcapture import STREAM as OPS_STREAM
 from jobprof.plugin import hookspec
+from jobprof.plugin.hookspec import Answer
 from jobprof.plugin.reporter import REPORTER, Reporter
-from jobprof.plugin.types import MetricSet, PluginRecord, Section, WriterSpec
+from jobprof.plugin.types import (
+    ITERATION_STREAM,
+    OPS_STREAM,
+    PROFILER_STREAM,
+    MetricSet,
+    PluginRecord,
+    Section,
+    WriterSpec,
+)
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+    from jobprof.files.timeline import Timeline
+    from jobprof.plugin.types import Config, ExportContext, Iteration
 
 GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
 BUILTIN_DIST = "jobprof"
-#: the core's own raw streams (iterations, operators); no plugin may write them
+#: the core's own raw streams (iterations, operators, jobprof's own time); no plugin may write them
 CORE_STREAMS = frozenset({ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM})
 _STREAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _HOOKS = frozenset(n for n in dir(hookspec) if n.startswith("jobprof_"))
+_HANDOVER = "jobprof_iteration_end"
+
+HookImpl = pluggy.HookImpl
 
 
 class ContractError(Exception):
@@ -51,12 +82,59 @@ def disabled_names(environ: os._Environ | Mapping[str, str] = os.environ) -> set
     return {n.strip() for n in environ.get(DISABLE_ENV, "").split(",") if n.strip()}
 
 
-class PluginManager:
-    """The pluggy manager plus what jobprof knows about each plugin's health."""
+@attrs.frozen
+class _Isolated:
+    """What pluggy's ``_multicall`` reads of a ``HookImpl``, with ``function`` replaced by the
+    isolating proxy (conda's ``_HookImplWrapper`` idea, built once per implementation)."""
+
+    impl: HookImpl
+    function: Callable[..., Any]
+
+    @property
+    def argnames(self) -> tuple[str, ...]:
+        return self.impl.argnames
+
+    @property
+    def kwargnames(self) -> tuple[str, ...]:
+        return getattr(self.impl, "kwargnames", ())
+
+    @property
+    def wrapper(self) -> bool:
+        return self.impl.wrapper
+
+    @property
+    def hookwrapper(self) -> bool:
+        return self.impl.hookwrapper
+
+    @property
+    def plugin_name(self) -> str:
+        return self.impl.plugin_name
+
+    @property
+    def plugin(self) -> object:
+        return self.impl.plugin
+
+
+@attrs.frozen
+class _Plan:
+    """Derived state, rebuilt when :attr:`PluginManager._version` moves (one explicit counter,
+    bumped on every register, unregister, failure, deactivation and record change)."""
+
+    version: int
+    #: :meth:`PluginManager.active` as a frozenset (asked for on every iteration)
+    active: frozenset[str]
+    #: jobprof_iteration_end's callers in pluggy's order, ``(plugin, caller(session, iteration))``;
+    #: None when an active plugin wraps that hook: then it goes through pluggy
+    handover: tuple[tuple[str, Callable[[Any, Any], Any]], ...] | None
+
+
+class PluginManager(pluggy.PluginManager):
+    """pluggy's manager, with isolation, result contracts and what jobprof knows about each
+    plugin's health."""
 
     def __init__(self, reporter: Reporter = REPORTER) -> None:
-        self.pm = pluggy.PluginManager(hookspec.PROJECT)
-        self.pm.add_hookspecs(hookspec)
+        super().__init__(hookspec.PROJECT)
+        self.add_hookspecs(hookspec)
         self.reporter = reporter
         self._records: dict[str, PluginRecord] = {}
         self._seen: set[tuple[str, str]] = set()  # (entry-point name, distribution) loaded
@@ -64,17 +142,25 @@ class PluginManager:
         # (writer name, extension) -> plugin; the master timeline is the core's own
         self._files: dict[tuple[str, str], str] = {("msprof", "json"): "jobprof (core)"}
         self._lock = threading.RLock()  # fail() also runs on the sink thread
-        self.inactive: set[str] = set()
+        self._inactive: frozenset[str] = frozenset()  # configured out of this run (deactivate)
         self._valid_streams: set[tuple[str, tuple]] = set()  # (plugin, stream names) checked
-        self._impl_cache: dict[tuple[str, bool, int], list[tuple[str, Callable, tuple]]] = {}
-        #: set by the session: cleanup to run on a plugin object before it is unregistered
-        self.on_fail: Callable[[object], None] | None = None
+        #: the isolating proxy of every registered implementation (replaced, never mutated)
+        self._isolated: dict[HookImpl, _Isolated] = {}
+        self._version = 0
+        self._plan = _Plan(-1, frozenset(), None)
+        #: set by the session: cleanup to run for a plugin (by name) before it is unregistered
+        self.on_fail: Callable[[str], None] | None = None
+
+    def _changed(self) -> None:
+        self._version += 1
 
     # -- loading ---------------------------------------------------------------------------
     def load_entry_points(self, environ: os._Environ | Mapping[str, str] = os.environ) -> None:
         """Load every ``jobprof`` entry point not listed in JOBPROF_DISABLE_PLUGINS.
 
-        Blocked plugins are never imported.  Calling it again loads nothing twice.
+        Built-ins first, then the others by name (``sys.path`` order within a name): this is
+        the order hooks run in.  Blocked plugins are never imported.  Calling it again loads
+        nothing twice.
         """
         blocked = disabled_names(environ)
         try:
@@ -82,8 +168,8 @@ class PluginManager:
         except Exception as exc:  # unreadable metadata somewhere on sys.path
             self.reporter.warning(f"cannot list plugins: {_short_error(exc)}")
             return
-        # stable sort: built-ins first within a name, then sys.path order
-        found.sort(key=lambda item: (item[0].name, item[1] != BUILTIN_DIST))
+        # stable sort: built-ins first, then by name, then sys.path order
+        found.sort(key=lambda item: (item[1] != BUILTIN_DIST, item[0].name))
         for ep, dist, version in found:
             if (ep.name, dist) in self._seen:
                 continue
@@ -92,16 +178,16 @@ class PluginManager:
             holder = self._records.get(ep.name)
             if ep.name in blocked:
                 key = ep.name if holder is None else f"{ep.name} ({dist})"
-                self._records[key] = attrs.evolve(record, status="disabled",
-                                                  error=f"listed in {DISABLE_ENV}")
+                self._set_record(key, attrs.evolve(record, status="disabled",
+                                                   error=f"listed in {DISABLE_ENV}"))
                 continue
             if holder is not None:
                 key = f"{ep.name} ({dist})"
-                self._records[key] = record
+                self._set_record(key, record)
                 self.fail(key, f"the name '{ep.name}' is already taken by "
                                f"{holder.distribution} {holder.version}".rstrip())
                 continue
-            self._records[ep.name] = record
+            self._set_record(ep.name, record)
             try:
                 plugin = ep.load()
             except (Exception, SystemExit) as exc:
@@ -112,159 +198,284 @@ class PluginManager:
             except (Exception, SystemExit) as exc:
                 self.fail(ep.name, str(exc) if isinstance(exc, ValueError) else _short_error(exc))
 
-    def register(self, plugin: object, name: str) -> None:
+    def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
+        """pluggy's options, with every plain implementation ``trylast``: pluggy then calls
+        them in registration order (built-ins first, then load order), not last-registered
+        first.  Wrappers keep their own options."""
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None or opts.get("wrapper") or opts.get("hookwrapper"):
+            return opts
+        return cast(pluggy.HookimplOpts, {**opts, "tryfirst": False, "trylast": True})
+
+    def register(self, plugin: object, name: str | None = None) -> str:
         """Register one plugin object; a hook with no matching spec fails it (check_pending).
 
         Raises ValueError with a one-line reason when the plugin cannot be registered (the
         caller then fails it); nothing of it stays registered.
         """
-        self._impl_cache.clear()
-        if self.pm.has_plugin(name):
+        name = name or self.get_canonical_name(plugin)
+        if self.has_plugin(name):
             raise ValueError(f"a plugin named '{name}' is already registered")
-        if self.pm.get_name(plugin) is not None:
-            raise ValueError(f"the same object is already registered as '{self.pm.get_name(plugin)}'")
+        if self.get_name(plugin) is not None:
+            raise ValueError(f"the same object is already registered as '{self.get_name(plugin)}'")
         try:
-            self.pm.register(plugin, name=name)
+            super().register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             raise ValueError(_validation_reason(exc)) from None
+        callers = self.get_hookcallers(plugin) or []
         try:
-            self.pm.check_pending()
+            self.check_pending()
         except pluggy.PluginValidationError:
-            unknown = sorted({c.name for c in self.pm.get_hookcallers(plugin) or [] if not c.has_spec()})
-            self.pm.unregister(name=name)
+            unknown = sorted({c.name for c in callers if not c.has_spec()})
+            self.unregister(name=name)
             raise ValueError(f"implements unknown hook(s): {_suggest(unknown)}") from None
-        wrappers = sorted({c.name for c in self.pm.get_hookcallers(plugin) or []
-                           for impl in c.get_hookimpls()
-                           if impl.plugin is plugin and (impl.wrapper or impl.hookwrapper)})
-        if wrappers:  # call() runs implementations one by one: a wrapper would never wrap
-            self.pm.unregister(name=name)
-            raise ValueError(f"hook wrappers are not supported: {', '.join(wrappers)}")
-        self._records.setdefault(name, PluginRecord(name, "(local)", "", "active"))
-        implemented = {c.name for c in self.pm.get_hookcallers(plugin) or []}
+        old_style = sorted({c.name for c in callers for impl in c.get_hookimpls()
+                            if impl.plugin is plugin and impl.hookwrapper})
+        if old_style:
+            self.unregister(name=name)
+            raise ValueError(f"old-style hook wrappers (hookwrapper=True) are not supported, "
+                             f"use wrapper=True: {', '.join(old_style)}")
+        isolated = dict(self._isolated)
+        for caller in callers:
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin:
+                    isolated[impl] = _Isolated(impl, self._isolate(caller, impl))
+        self._isolated = isolated
+        if name not in self._records:
+            self._set_record(name, PluginRecord(name, "(local)", "", "active"))
+        self._changed()
+        implemented = {c.name for c in callers}
         for hook in sorted(_HOOKS - implemented):
             if callable(getattr(plugin, hook, None)):  # a forgotten @hookimpl: warn, keep the rest
                 self.reporter.warning(f"plugin '{name}': {hook} is not marked with @hookimpl "
                                       "and is never called")
+        return name
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any | None:
+        removed = super().unregister(plugin, name)
+        if removed is not None:
+            self._isolated = {impl: iso for impl, iso in self._isolated.items() if impl.plugin is not removed}
+            self._changed()
+        return removed
 
     def fail(self, name: str, error: str) -> None:
         """Disable a plugin for the rest of the process and say so once (idempotent).
 
-        During a session, the plugin's own ``jobprof_session_end`` runs first (best effort), so
-        collectors it installed do not outlive it.
+        During a session, the plugin's own ``jobprof_session_end`` runs first (best effort,
+        through :attr:`on_fail`), so collectors it installed do not outlive it.
         """
         with self._lock:
-            plugin = self.pm.get_plugin(name)
-            if plugin is not None:
+            if self.get_plugin(name) is not None:
                 if self.on_fail is not None:
                     try:
-                        self.on_fail(plugin)
+                        self.on_fail(name)
                     except BaseException:
                         pass  # it already failed once; its cleanup may fail too
-                self.pm.unregister(name=name)
-                self._impl_cache.clear()
+                self.unregister(name=name)
             record = self._records.get(name)
             if record is not None and record.status == "failed":
                 return  # the first error is the one reported
             if record is not None:
-                self._records[name] = attrs.evolve(record, status="failed", error=error)
-            self._impl_cache.clear()
+                self._set_record(name, attrs.evolve(record, status="failed", error=error))
         self.reporter.warning(f"plugin '{name}' disabled: {error}")
 
+    def deactivate(self, name: str) -> None:
+        """Leave a plugin out of this run's session hooks (its ``jobprof_configure`` said False).
+
+        It stays loaded: ``jobprof_writers`` and ``jobprof_aic_metrics`` still reach it."""
+        with self._lock:
+            self._inactive = self._inactive | {name}
+            self._changed()
+
+    def hookimpl(self, plugin: str, hook_name: str) -> HookImpl | None:
+        """The plugin's own (plain) implementation of one hook, as pluggy holds it; None if it
+        has none.  ``function`` is the plugin's, not isolated; ``argnames`` what it accepts."""
+        caller = getattr(self.hook, hook_name, None)
+        if caller is None:
+            return None
+        return next((impl for impl in caller.get_hookimpls()
+                     if impl.plugin_name == plugin and not impl.wrapper), None)
+
     # -- calling ---------------------------------------------------------------------------
-    def _impls(self, hook_name: str, only_active: bool) -> list[tuple[str, Callable, tuple]]:
-        # cached: jobprof_iteration_end goes through here on the training thread every step;
-        # registering or failing a plugin, or changing `inactive`, gives a new key / clears it
-        key = (hook_name, only_active, len(self.inactive))
-        impls = self._impl_cache.get(key)
-        if impls is None:
-            caller = getattr(self.pm.hook, hook_name)
-            impls = [(impl.plugin_name, impl.function, impl.argnames)
-                     for impl in reversed(caller.get_hookimpls())  # pluggy's own calling order
-                     if not (only_active and impl.plugin_name in self.inactive)]
-            self._impl_cache[key] = impls
-        return impls
+    def _hookexec(self, hook_name: str, methods: Sequence[HookImpl], kwargs: Mapping[str, object],
+                  firstresult: bool) -> object | list[object]:
+        # pluggy's single entry point for every call: it runs the isolating proxies instead
+        isolated = self._isolated
+        proxies = cast("Sequence[HookImpl]", [isolated.get(m, m) for m in methods])
+        return super()._hookexec(hook_name, proxies, kwargs, firstresult)
 
-    def call(self, hook_name: str, only_active: bool = False,
-             **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call one hook on every plugin, isolating failures.  Returns (plugin, result) pairs.
-
-        Implementations get only the arguments they declare (pluggy semantics).  Results of
-        the hooks in :data:`CHECKS` are validated and normalised (iterables become lists).
-        """
-        if hook_name not in _HOOKS:
-            raise AttributeError(f"no hook named {hook_name!r}")
-        returned = []
-        for name, function, argnames in self._impls(hook_name, only_active):
-            args = {arg: kwargs[arg] for arg in argnames}  # a KeyError here is a core bug
-            try:
-                returned.append((name, function(**args)))
-            except (Exception, SystemExit) as exc:
-                self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
+    def _isolate(self, caller: pluggy.HookCaller, impl: HookImpl) -> Callable[..., Any]:
+        """The proxy pluggy calls instead of ``impl.function``."""
+        hook_name, name, function = caller.name, impl.plugin_name, impl.function
+        if impl.wrapper:
+            firstresult = bool(caller.spec and caller.spec.opts.get("firstresult"))
+            return self._isolate_wrapper(hook_name, name, function, firstresult)
         check = CHECKS.get(hook_name)
-        checked: dict[int, Any] = {}
-        # validate built-ins first, then in load order: the first plugin claims a stream/file
-        order = range(len(returned)) if len(returned) < 2 else \
-            sorted(range(len(returned)), key=lambda i: self._priority(returned[i][0]))
-        for i in order:
-            name, result = returned[i]
-            if result is None or not self.pm.has_plugin(name):
-                continue
+
+        def isolated(*args: Any, **kwargs: Any) -> Answer | None:
             try:
-                checked[i] = check(self, name, result) if check else result
+                result = function(*args, **kwargs)
+                if result is None:
+                    return None
+                return Answer(name, check(self, name, result) if check else result)
             except ContractError as exc:
                 self.fail(name, f"{hook_name} returned {exc}")
-            except (Exception, SystemExit) as exc:  # e.g. a generator raising while listed
+            except (Exception, SystemExit) as exc:  # a generator raising while listed, too
                 self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
-        return [(returned[i][0], checked[i]) for i in sorted(checked)
-                if self.pm.has_plugin(returned[i][0])]
-
-    def metric_set(self, name: str | None) -> tuple[str, MetricSet] | None:
-        """The plugin answering ``jobprof_aic_metrics(name)`` first (built-ins first), and its
-        set; None when ``name`` is None or nobody answers."""
-        if not name:
             return None
-        answers = self.call("jobprof_aic_metrics", name=name)
-        answers.sort(key=lambda pair: self._priority(pair[0]))
-        return answers[0] if answers else None
 
-    def handover(self, session: Any, iteration: Any) -> list[tuple[str, Mapping[str, Any]]]:
+        return isolated
+
+    def _isolate_wrapper(self, hook_name: str, name: str, function: Callable[..., Any],
+                         firstresult: bool) -> Callable[..., Generator[None, Any, Any]]:
+        """A new-style wrapper behind a wrapper: what the plugin's generator raises, or a
+        result not shaped like the hook's (a list of Answers; one Answer or None for a
+        firstresult hook), fails the plugin and lets the inner result through unchanged."""
+        check = CHECKS.get(hook_name)
+
+        def isolated(*args: Any, **kwargs: Any) -> Generator[None, Any, Any]:
+            try:
+                teardown = function(*args, **kwargs)
+                next(teardown)
+            except StopIteration:
+                self.fail(name, f"{hook_name} wrapper did not yield")
+                return (yield)
+            except (Exception, SystemExit) as exc:
+                self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
+                return (yield)
+            try:
+                inner = yield
+            except BaseException:  # only a core bug or KeyboardInterrupt gets here
+                teardown.close()
+                raise
+            try:
+                teardown.send(inner)
+            except StopIteration as stop:
+                try:
+                    return _wrapped_result(self, name, stop.value, inner, firstresult, check)
+                except ContractError as exc:
+                    self.fail(name, f"{hook_name} wrapper returned {exc}")
+                except (Exception, SystemExit) as exc:
+                    self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
+                return inner
+            except (Exception, SystemExit) as exc:
+                self.fail(name, f"{hook_name} raised {_short_error(exc)}{_where(exc)}")
+                return inner
+            teardown.close()
+            self.fail(name, f"{hook_name} wrapper yielded twice")
+            return inner
+
+        return isolated
+
+    def _answers(self, hook_name: str, only_active: bool, **kwargs: Any) -> list[tuple[str, Any]]:
+        """One hook through pluggy, as ``(plugin, checked value)`` pairs in calling order."""
+        answers = self._caller(hook_name, only_active)(**kwargs)
+        if answers is None:
+            return []
+        if isinstance(answers, Answer):  # a firstresult hook
+            answers = [answers]
+        return [(a.plugin, a.value) for a in answers if self.has_plugin(a.plugin)]
+
+    def _caller(self, hook_name: str, only_active: bool) -> pluggy.HookCaller:
+        caller: pluggy.HookCaller = getattr(self.hook, hook_name)
+        inactive = [p for n in self._inactive if (p := self.get_plugin(n)) is not None] if only_active else []
+        return self.subset_hook_caller(hook_name, inactive) if inactive else caller
+
+    # -- one typed method per hook (tox 4 style), in lifecycle order --------------------------
+    def options_schemas(self) -> list[tuple[str, Mapping[str, Any]]]:
+        """``jobprof_options_schema`` of every loaded plugin: ``(plugin, fragment)`` pairs."""
+        return self._answers("jobprof_options_schema", False)
+
+    def configure(self, config: Config) -> list[tuple[str, bool]]:
+        """``jobprof_configure(config)`` of every loaded plugin: ``(plugin, answer)`` pairs;
+        the caller :meth:`deactivate`\\ s those that answered False."""
+        return self._answers("jobprof_configure", False, config=config)
+
+    def session_start(self, session: Any) -> None:
+        """``jobprof_session_start(session)`` on every active plugin."""
+        self._caller("jobprof_session_start", True)(session=session)
+
+    def iteration_end(self, session: Any, iteration: Iteration) -> list[tuple[str, Mapping[str, Any]]]:
         """``jobprof_iteration_end`` on every active plugin: the training thread's hot path.
 
-        The same isolation and result contract as :meth:`call`, without its generic costs:
-        the callers are built once (positional, only the arguments each plugin declares) and
-        sorted so that built-ins claim streams first.
+        Returns ``(plugin, {stream: records})`` pairs, streams checked and owned.  The same
+        order, isolation and contract as a call through pluggy, without ``_multicall``'s
+        generic costs: the plan (positional callers, built once per :attr:`_version`) calls
+        the implementations directly, unless some active plugin wraps the hook.
         """
-        key = ("<handover>", True, len(self.inactive))
-        plan = self._impl_cache.get(key)
+        plan = self._current().handover
         if plan is None:
-            impls = sorted(self._impls("jobprof_iteration_end", True), key=lambda i: self._priority(i[0]))
-            plan = self._impl_cache[key] = [(name, _positional(fn, argnames))  # type: ignore[assignment]
-                                            for name, fn, argnames in impls]
+            return self._answers(_HANDOVER, True, session=session, iteration=iteration)
         out = []
-        for name, caller in plan:  # type: ignore[misc]
+        for name, caller in plan:
             try:
                 result = caller(session, iteration)
                 if result is not None:
                     out.append((name, _check_streams(self, name, result)))
             except ContractError as exc:
-                self.fail(name, f"jobprof_iteration_end returned {exc}")
+                self.fail(name, f"{_HANDOVER} returned {exc}")
             except (Exception, SystemExit) as exc:
-                self.fail(name, f"jobprof_iteration_end raised {_short_error(exc)}{_where(exc)}")
+                self.fail(name, f"{_HANDOVER} raised {_short_error(exc)}{_where(exc)}")
         return out
 
-    def _priority(self, name: str) -> tuple[bool, int]:
-        key = ("<priority>", name, len(self._records))  # asked per hook call: cached
-        cached = self._impl_cache.get(key)  # type: ignore[arg-type]
-        if cached is None:
-            cached = self._impl_cache[key] = self._compute_priority(name)  # type: ignore[index]
-        return cached  # type: ignore[return-value]
+    def session_end(self, session: Any) -> None:
+        """``jobprof_session_end(session)`` on every active plugin."""
+        self._caller("jobprof_session_end", True)(session=session)
 
-    def _compute_priority(self, name: str) -> tuple[bool, int]:
-        record = self._records.get(name)
-        order = list(self._records).index(name) if record is not None else len(self._records)
-        return (record is None or record.distribution != BUILTIN_DIST, order)
+    def writers(self, config: Config | None) -> list[tuple[str, list[WriterSpec]]]:
+        """``jobprof_writers(config)`` of every loaded plugin (active or not)."""
+        return self._answers("jobprof_writers", False, config=config)
+
+    def aic_metrics(self, name: str | None) -> tuple[str, MetricSet] | None:
+        """The plugin answering ``jobprof_aic_metrics(name)`` first (a firstresult hook: the
+        others are not called; built-ins are asked first), and its set; None when ``name`` is
+        None or nobody answers."""
+        if not name:
+            return None
+        answers = self._answers("jobprof_aic_metrics", False, name=name)
+        return answers[0] if answers else None
+
+    #: the name the exporter and benchmarks know :meth:`aic_metrics` by
+    metric_set = aic_metrics
+
+    def timeline(self, ctx: ExportContext, timeline: Timeline) -> None:
+        """``jobprof_timeline(ctx, timeline)`` on every active plugin."""
+        self._caller("jobprof_timeline", True)(ctx=ctx, timeline=timeline)
+
+    def iteration_spans(self, iteration: Iteration,
+                        streams: Mapping[str, list]) -> list[tuple[str, dict[str, list[tuple[int, int]]]]]:
+        """``jobprof_iteration_spans`` of every loaded plugin: ``(plugin, {category: spans})``."""
+        return self._answers("jobprof_iteration_spans", False, iteration=iteration, streams=streams)
+
+    def report_sections(self, profile: Profile) -> list[tuple[str, list[Section]]]:
+        """``jobprof_report_sections(profile)`` of every loaded plugin: ``(plugin, sections)``."""
+        return self._answers("jobprof_report_sections", False, profile=profile)
+
+    # -- derived state ---------------------------------------------------------------------
+    def _current(self) -> _Plan:
+        plan = self._plan
+        if plan.version == self._version:
+            return plan
+        version = self._version  # read first: a change meanwhile makes the next call rebuild
+        active = frozenset(self.active())
+        caller: pluggy.HookCaller = getattr(self.hook, _HANDOVER)
+        impls = [i for i in reversed(caller.get_hookimpls()) if i.plugin_name in active]  # pluggy's order
+        handover = None if any(i.wrapper for i in impls) else tuple(
+            (i.plugin_name, _positional(i.function, i.argnames, getattr(i, "kwargnames", ())))
+            for i in impls)
+        self._plan = plan = _Plan(version, active, handover)
+        return plan
+
+    def _set_record(self, name: str, record: PluginRecord) -> None:
+        self._records[name] = record
+        self._changed()
 
     # -- introspection ---------------------------------------------------------------------
+    @property
+    def inactive(self) -> frozenset[str]:
+        """Plugins configured out of this run (read-only: change it with :meth:`deactivate`)."""
+        return self._inactive
+
     def records(self) -> list[PluginRecord]:
         return list(self._records.values())
 
@@ -273,13 +484,12 @@ class PluginManager:
 
     def update(self, name: str, **changes: Any) -> None:
         with self._lock:
-            self._records[name] = attrs.evolve(self._records[name], **changes)
-            self._impl_cache.clear()
+            self._set_record(name, attrs.evolve(self._records[name], **changes))
 
     def is_active(self, name: str) -> bool:
         """True while the plugin is loaded, not failed, and took part in this run."""
         record = self._records.get(name)
-        return record is not None and record.status == "active" and name not in self.inactive
+        return record is not None and record.status == "active" and name not in self._inactive
 
     def stream_owner(self, stream: str) -> str | None:
         """The plugin whose jobprof_iteration_end returned ``stream`` (None: not seen yet)."""
@@ -287,78 +497,24 @@ class PluginManager:
 
     def active(self) -> list[str]:
         return [n for n, r in self._records.items()
-                if r.status == "active" and n not in self.inactive]
+                if r.status == "active" and n not in self._inactive]
 
     def active_set(self) -> frozenset[str]:
         """:meth:`active` as a frozenset, cached (asked for on every iteration)."""
-        key = ("<active>", False, len(self.inactive))
-        cached = self._impl_cache.get(key)
-        if cached is None:
-            cached = self._impl_cache[key] = frozenset(self.active())  # type: ignore[assignment]
-        return cached  # type: ignore[return-value]
+        return self._current().active
+
 
 
 # -- result contracts ----------------------------------------------------------------------
 def _check_schema(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, Any]:
-    import jsonschema  # imported only where options are composed anyway
+    from jobprof.plugin import options  # jsonschema: imported only where options are composed anyway
 
     if not isinstance(result, Mapping):
         raise ContractError(f"{type(result).__name__}, not a JSON Schema object")
-    try:
-        jsonschema.Draft202012Validator.check_schema(dict(result))
-    except jsonschema.SchemaError as exc:
-        raise ContractError(f"an invalid JSON Schema: {exc.message}") from None
-    dangling = _dangling_refs(result)
-    if dangling:  # jsonschema would only fail when the key is used, inside options.load
-        raise ContractError(f"a schema with $ref(s) that resolve to nothing: {', '.join(dangling)}")
+    problem = options.fragment_problem(result)
+    if problem:
+        raise ContractError(problem)
     return result
-
-
-def _dangling_refs(fragment: Mapping[str, Any]) -> list[str]:
-    """``$ref``s of a fragment that do not resolve in the composed options schema."""
-    from jobprof import schemas
-
-    core = schemas.load("options")
-    merged = {**core, "$defs": {**core.get("$defs", {}), **dict(fragment.get("$defs", {}))},
-              "properties": {**core.get("properties", {}), **dict(fragment.get("properties", {}))}}
-    refs: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, Mapping):
-            if isinstance(node.get("$ref"), str):
-                refs.append(node["$ref"])
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(fragment)
-    out = []
-    for ref in refs:
-        pointer = ref[len(core.get("$id", "")):] if ref.startswith(core.get("$id", "#")) else ref
-        if not pointer.startswith("#") or _resolve(merged, pointer[1:]) is _MISSING:
-            out.append(ref)
-    return sorted(set(out))
-
-
-_MISSING = object()
-
-
-def _resolve(document: Any, pointer: str) -> Any:
-    """JSON Pointer (RFC 6901, URI-fragment form) lookup; _MISSING when it leads nowhere."""
-    from urllib.parse import unquote
-
-    node = document
-    for part in pointer.split("/")[1:] if pointer else []:
-        part = unquote(part).replace("~1", "/").replace("~0", "~")
-        if isinstance(node, Mapping) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
 
 
 def _check_streams(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, list]:
@@ -436,19 +592,52 @@ CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
 }
 
 
+def _wrapped_result(manager: PluginManager, wrapper: str, result: Any, inner: Any, firstresult: bool,
+                    check: Callable[[PluginManager, str, Any], Any] | None) -> Any:
+    """What a wrapper returned, checked: the inner Answers it kept (any order) and Answers of
+    its own, whose values pass the hook's contract in the wrapper's name."""
+    if firstresult:
+        if result is None or result is inner:
+            return result
+        answers = [result]
+    elif isinstance(result, list):
+        answers = result
+    else:
+        raise ContractError(f"{type(result).__name__}, not a list of Answer")
+    kept = {id(a) for a in (inner if isinstance(inner, list) else [inner])}
+    out = []
+    for answer in answers:
+        if not isinstance(answer, Answer):
+            raise ContractError(f"{type(answer).__name__}, not an Answer")
+        if id(answer) not in kept:
+            if answer.plugin != wrapper:
+                raise ContractError(f"an answer in the name of plugin '{answer.plugin}'")
+            answer = Answer(wrapper, check(manager, wrapper, answer.value) if check else answer.value)
+        out.append(answer)
+    return out[0] if firstresult else out
+
+
 # -- helpers -------------------------------------------------------------------------------
-def _positional(function: Callable, argnames: tuple[str, ...]) -> Callable[[Any, Any], Any]:
-    """A ``(session, iteration)`` caller of an implementation that declares ``argnames``."""
-    if argnames == ("session", "iteration"):
-        return function
-    if argnames == ("iteration",):
-        return lambda session, iteration: function(iteration)
-    if argnames == ("session",):
-        return lambda session, iteration: function(session)
-    if not argnames:
-        return lambda session, iteration: function()
-    return lambda session, iteration: function(**{name: {"session": session, "iteration": iteration}[name]
-                                                  for name in argnames})
+def _positional(function: Callable, argnames: tuple[str, ...],
+                kwargnames: tuple[str, ...] = ()) -> Callable[[Any, Any], Any]:
+    """A ``(session, iteration)`` caller of an implementation that declares ``argnames``
+    (and, pluggy >= 1.6, keyword parameters with defaults ``kwargnames``)."""
+    names = tuple(n for n in kwargnames if n in ("session", "iteration"))  # others: not given
+    if not names:
+        if argnames == ("session", "iteration"):
+            return function
+        if argnames == ("iteration",):
+            return lambda session, iteration: function(iteration)
+        if argnames == ("session",):
+            return lambda session, iteration: function(session)
+        if not argnames:
+            return lambda session, iteration: function()
+
+    def generic(session: Any, iteration: Any) -> Any:
+        given = {"session": session, "iteration": iteration}
+        return function(*[given[n] for n in argnames], **{n: given[n] for n in names})
+
+    return generic
 
 
 def _where(exc: BaseException) -> str:

@@ -30,6 +30,14 @@ NA = "N/A"
 #: msprof's model id for step mode: eager execution, iteration = training step.
 STEP_MODE_MODEL_ID = 4294967295
 
+# -- core streams: the raw streams the core itself writes; no plugin may return them ------------
+#: one record per iteration (``Iteration.to_record``), written by the session
+ITERATION_STREAM = "iteration"
+#: jobprof's own work inside the iteration, ``[[start_ns, end_ns], ...]``
+PROFILER_STREAM = "profiler"
+#: the operator capture's tasks (``jobprof.ops.opcapture``)
+OPS_STREAM = "ops"
+
 
 def _freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))

@@ -8,7 +8,6 @@ folders are created only when the first iteration ends.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import re
@@ -150,7 +149,7 @@ class Session:
                 self.detector.uninstall()
             return
         self.state = "collecting"
-        self.manager.call("jobprof_session_start", only_active=True, session=self)
+        self.manager.session_start(self)
         try:
             self.detector.wrap_data_next(torch)  # outermost: after the plugins' own wrappers
         except Exception as exc:
@@ -201,7 +200,7 @@ class Session:
                 streams[OPS_STREAM] = partial(ops.take, iteration.start_ns, iteration.end_ns)
             # results arrive checked by the manager: {stream: [records] or a callable building
             # them on the sink thread}, streams owned
-            for _, result in self.manager.handover(self, iteration):
+            for _, result in self.manager.iteration_end(self, iteration):
                 streams.update(result)
             self.sink.submit(iteration.index, streams, self.manager.active_set())
             self.record_own(entered, time.monotonic_ns())
@@ -252,7 +251,7 @@ class Session:
             self.ops.stop()
             for note in self.ops.exit_notes():
                 self.reporter.warning(note)
-        self.manager.call("jobprof_session_end", only_active=True, session=self)
+        self.manager.session_end(self)
         if self.sink is not None:
             self.sink.close()
             if self._signal_during_finish is not None and reason != "SIGTERM":
@@ -362,12 +361,16 @@ class Session:
             write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))
         write_with_done(device_dir / f"info.json.{dev}", json.dumps(info))
 
-    def _end_failed_plugin(self, plugin: Any) -> None:
-        """A plugin failed mid-run: let it uninstall its collectors (best effort)."""
-        end = getattr(plugin, "jobprof_session_end", None)
-        if self.state == "collecting" and callable(end):
-            wants_session = "session" in inspect.signature(end).parameters
-            end(session=self) if wants_session else end()
+    def _end_failed_plugin(self, name: str) -> None:
+        """A plugin failed mid-run: let it uninstall its collectors (best effort).
+
+        Its own jobprof_session_end, called directly as pluggy holds it (with the arguments
+        it declares), not through the isolation that is failing it."""
+        impl = self.manager.hookimpl(name, "jobprof_session_end")
+        if self.state == "collecting" and impl is not None:
+            given = {"session": self}
+            impl.function(*[given[a] for a in impl.argnames],
+                          **{k: given[k] for k in getattr(impl, "kwargnames", ()) if k in given})
 
     def _stop(self, message: str) -> None:
         if self.state == "collecting":
