@@ -5,16 +5,21 @@ with and without one extra broadcast per step for the collectives and the per-ra
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
 from conftest import Runner, free_port, jobprof_cli
+from distributions import make_dist
 from jobprof.analysis import diff
 from jobprof.analysis.selection import Selection
+from jobprof.cli.diff import render
+from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
+from jobprof.plugin.types import DiffCount, DiffTable
 
 ON = {"training_trace": "on", "task_trace": "on"}
 STEPS_A, STEPS_B = 16, 24
@@ -78,9 +83,11 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             "b": _profile(tmp_path_factory, "b", JOB, ON, [str(STEPS_B), "extra"])}
 
 
-def compare(a: Path, b: Path, per_rank: bool = False, **selection) -> dict:
-    manager = PluginManager(Reporter())
-    manager.load_entry_points()
+def compare(a: Path, b: Path, per_rank: bool = False, manager: PluginManager | None = None,
+            **selection) -> dict:
+    if manager is None:
+        manager = PluginManager(Reporter())
+        manager.load_entry_points()
     sel = Selection(**selection)
     return diff.compare(diff.load(a, sel, manager), diff.load(b, sel, manager), per_rank=per_rank)
 
@@ -226,3 +233,93 @@ def test_collectives_per_rank(ranks2: dict[str, Path], profiles: dict[str, Path]
     assert mixed["ranks"] == {"matched": [0], "only_a": [1], "only_b": []}
     assert any(n.startswith("rank sets differ") for n in mixed["notes"])
     assert mixed["collectives"] is None and any("only one side has hccl" in n for n in mixed["notes"])
+
+
+# A third-party plugin's own diff table: the iterations themselves, one row ("step"), whose time
+# per iteration is therefore the mean iteration time, which the core's iteration table also
+# shows; a different source for the same number.
+STEPS_PLUGIN = """
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.types import DiffCount, DiffTable
+
+@hookimpl
+def jobprof_diff_tables(profile, device):
+    its = profile.iterations(device)
+    ns = sum(it.end_ns - it.start_ns for it in its)
+    return [DiffTable("steps", "Steps per iteration of one rank ({shown} of {total})", ["what"], ["what"],
+                      {("step",): DiffCount(len(its), ns)}, present=bool(its),
+                      one_sided_note="only one side has steps")]
+"""
+
+
+def test_a_third_party_plugin_adds_its_own_table(profiles: dict[str, Path], tmp_path: Path) -> None:
+    root = make_dist(tmp_path / "steps", "jobprof-steps", {"jobprof_steps": STEPS_PLUGIN},
+                     {"steps": "jobprof_steps"})
+    a, b = str(profiles["a"]), str(profiles["b"])
+    proc = jobprof_cli("diff", a, b, "--json", env={"PYTHONPATH": str(root)})
+    assert proc.returncode == 0, proc.stderr
+    model = json.loads(proc.stdout)
+    [row] = model["steps"]
+    assert model["counts"]["steps"] == 1 and row["what"] == "step" and row["rank"] is None
+    it = model["iteration"][0]
+    assert row["a"]["calls_per_iteration"] == 1.0 and row["b"]["calls_per_iteration"] == 1.0
+    assert row["a"]["ms_per_iteration"] == pytest.approx(it["a"]["mean"])
+    assert row["b"]["ms_per_iteration"] == pytest.approx(it["b"]["mean"])
+    assert row["change"] == "slower" and row["delta_ms_per_iteration"] == pytest.approx(it["delta_mean_ms"])
+    # the built-in tables are untouched by it
+    assert model["counts"]["operators"] > 2 and "top change: mm (slower)" in model["verdict"]
+    text = jobprof_cli("diff", a, b, env={"PYTHONPATH": str(root)})
+    assert text.returncode == 0, text.stderr
+    table = text.stdout.split("Steps per iteration of one rank (1 of 1)\n")[1].split("\n\n")[0].splitlines()
+    assert table[0].split() == ["what", "A", "calls", "B", "calls", "A", "ms", "B", "ms", "Δ", "ms", "Δ", "%",
+                                "change"]
+    assert table[2].split()[0] == "step" and table[2].split()[-1] == "slower"
+    assert "Operator types per iteration" in text.stdout
+
+
+def test_plugin_tables_keep_their_owner_and_notes(profiles: dict[str, Path]) -> None:
+    """A table on one side only gets its one-sided note and null; a plugin returning a built-in
+    plugin's key, or a reserved one, is disabled by name and the diff goes on."""
+    only_a = profiles["a"]
+
+    class OneSided:
+        @hookimpl
+        def jobprof_diff_tables(self, profile, device):
+            here = Path(profile.path).resolve() == only_a.resolve()
+            return [DiffTable("marks", "Marks", ["mark"], ["mark"],
+                              {("m",): DiffCount(1, 1000)} if here else {}, present=here,
+                              one_sided_note="only one side has marks", absent_note="no marks")]
+
+    class Thief:
+        @hookimpl
+        def jobprof_diff_tables(self, profile, device):
+            return [DiffTable("operators", "Mine", ["x"], ["x"], {("x",): DiffCount(1, 1)})]
+
+    class Reserved:
+        @hookimpl
+        def jobprof_diff_tables(self, profile, device):
+            return [DiffTable("notes", "Mine", ["x"], ["x"])]
+
+    reporter = Reporter(io.StringIO())
+    manager = PluginManager(reporter)
+    manager.load_entry_points()
+    for name, plugin in (("one_sided", OneSided()), ("thief", Thief()), ("reserved", Reserved())):
+        manager.register(plugin, name)
+    model = compare(profiles["a"], profiles["b"], manager=manager)
+    assert model["marks"] is None and model["counts"]["marks"] is None
+    assert "only one side has marks" in model["notes"] and "B: no marks" in model["notes"]
+    warnings = reporter.messages
+    assert any("'thief'" in w and "table 'operators', which belongs to plugin 'task_trace'" in w
+               for w in warnings), warnings
+    assert any("'reserved'" in w and "DiffTable key 'notes'" in w for w in warnings), warnings
+    assert op(model, "mm")["change"] == "slower" and "Mine" not in json.dumps(model)
+    both = compare(profiles["a"], profiles["a2"], manager=manager)
+    assert both["marks"] is None  # A2 is another profile: still one-sided
+    # the same side twice: compared, and rendered as its own table with the core's columns
+    sel = Selection()
+    side = diff.load(profiles["a"], sel, manager)
+    same = diff.compare(side, side)
+    [row] = same["marks"]
+    assert row["change"] == "unchanged" and row["a"] == {"calls_per_iteration": 1 / STEPS_A,
+                                                         "ms_per_iteration": 0.001 / STEPS_A}
+    assert "\nMarks\nmark " in render(same, diff.tables(side, side), None)

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jobprof.analysis.breakdown import LABELS
+from jobprof.analysis.breakdown import LABELS, PARTS
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import OPEN, ranges
 from jobprof.files.profdir import iteration_files
 from jobprof.files.timeline import NAME as MASTER
-from jobprof.plugin.types import Finding, Section
+from jobprof.plugin.types import Finding, PartSource, Section
+
+if TYPE_CHECKING:
+    from jobprof.plugin.manager import PluginManager
 
 #: a part of the iteration worth a finding once its share of the run reaches this
 PART_SHARE = {"profiler": 0.05, "communication_not_overlapped": 0.15, "free": 0.20, "refresh": 0.30}
@@ -219,8 +222,20 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     return notes
 
 
-def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
-    """What a reader should know is not in this profile (or not in the selection)."""
+def part_sources(manager: PluginManager) -> list[tuple[str, PartSource]]:
+    """Which plugin measures which part of the breakdown (``jobprof_breakdown_sources``)."""
+    return [(plugin, source) for plugin, found in manager.breakdown_sources() for source in found]
+
+
+def missing(profile: Profile, model: dict[str, Any],
+            sources: Iterable[tuple[str, PartSource]] = ()) -> list[str]:
+    """What a reader should know is not in this profile (or not in the selection).
+
+    ``sources`` are the plugins' ``(plugin, PartSource)`` claims (:func:`part_sources`): a part
+    N/A on a rank is explained by the plugins that measure it (off in the run, or on but
+    unseen).
+    """
+    sources = list(sources)
     notes = []
     world = next((r["world_size"] for r in model["ranks"] if isinstance(r.get("world_size"), int)), None)
     seen = {profile.rank(d) for d in profile.all_devices} if profile.all_devices else set()
@@ -247,13 +262,16 @@ def missing(profile: Profile, model: dict[str, Any]) -> list[str]:
                      else "no iteration's raw data was saved")
             notes.append(f"rank {r['rank']}: no end_info (the job did not finish); {saved}")
         notes += _lost(profile, r, sorted(stored.get(r["device"], [])))
-    unseen = {"dp": "no DataLoader was seen", "hccl": "no collective was seen"}
-    for part, source in (("data_wait", "dp"), ("communication_not_overlapped", "hccl")):
+    for part in PARTS:
+        claims = [(plugin, s.unseen) for plugin, s in sources if s.part == part]
+        if not claims:
+            continue
         why: dict[str, list[int]] = {}
         for r in model["ranks"]:
             if r["iterations"]["count"] and r["share"].get(part) is None:
                 plugins = (profile.info(r["device"]).get("jobprof") or {}).get("plugins") or []
-                reason = f"{source} was on but {unseen[source]}" if source in plugins else f"{source} was off"
+                reason = "; ".join(f"{source} was on but {unseen}" if source in plugins
+                                   else f"{source} was off" for source, unseen in claims)
                 why.setdefault(reason, []).append(r["rank"])
         for reason, unknown in why.items():
             who = "every rank" if len(unknown) == len(model["ranks"]) else \

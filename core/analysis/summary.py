@@ -181,6 +181,6 @@ def summarize(profile: Profile, manager: PluginManager, progress: Progress = qui
         "cross_rank": cross_rank({r: rows for r, rows in rows_by_rank.items() if rows}),
         "sections": {s.key: section_json(s) for s in sections},
     }
-    model["missing"] = findings.missing(profile, model)
+    model["missing"] = findings.missing(profile, model, findings.part_sources(manager))
     model["findings"] = [attrs.asdict(f) for f in findings.rank(findings.core(model), sections)]
     return model

@@ -1,8 +1,9 @@
 """``jobprof diff PROF_A PROF_B``: iteration time and per-operator comparison of two profiles.
 
-A one-line verdict, then tables (iteration time and its parts, every operator type, every
-collective), or the model of :mod:`jobprof.analysis.diff` with ``--json`` (stable keys).  ``--rank`` and
-``--iterations`` narrow both sides; ``--iterations-b`` narrows B differently.
+A one-line verdict, then tables (iteration time and its parts, then each plugin's table: every
+operator type, every collective, ...), or the model of :mod:`jobprof.analysis.diff` with
+``--json`` (stable keys).  ``--rank`` and ``--iterations`` narrow both sides; ``--iterations-b``
+narrows B differently.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tabulate import tabulate
 from jobprof.analysis import breakdown, diff
 from jobprof.analysis.selection import narrowed
 from jobprof.cli._common import add_selection, new_manager, progress_for, selection
+from jobprof.plugin.types import DiffTable
 
 #: operator / collective rows shown on a terminal without --top
 TOP = 20
@@ -57,8 +59,35 @@ def _side(name: str, side: dict[str, Any]) -> str:
             f"{per_rank}{'; ' + sel if sel else ''})")
 
 
-def render(model: dict[str, Any], top: int | None) -> str:
-    """The model as terminal text."""
+def _title(spec: DiffTable, model: dict[str, Any], shown: int, total: int) -> str:
+    key = spec.count_key or ""
+    try:
+        return spec.title.format(shown=shown, total=total, a=model["a"].get(key), b=model["b"].get(key))
+    except (KeyError, IndexError, ValueError, AttributeError):  # a plugin's template gone wrong: as written
+        return spec.title
+
+
+def _table_headers(spec: DiffTable, per_rank: bool) -> list[str]:
+    return [*(["rank"] if per_rank else []), *spec.headers, "A calls", "B calls",
+            *(["Δ calls"] if spec.per_call else []), *(["A MB", "B MB"] if spec.sizes else []),
+            "A ms", "B ms", "Δ ms", "Δ %", *(["A µs/call", "B µs/call"] if spec.per_call else []), "change"]
+
+
+def _table_row(spec: DiffTable, r: dict[str, Any], per_rank: bool) -> list[Any]:
+    a, b = r["a"], r["b"]
+    return [*([r["rank"]] if per_rank else []), *(r[c] for c in spec.columns),
+            _f(_get(a, "calls_per_iteration"), 2), _f(_get(b, "calls_per_iteration"), 2),
+            *([_f(r["delta_calls_per_iteration"], 2, sign=True)] if spec.per_call else []),
+            *([_f(_get(a, "mb_per_iteration")), _f(_get(b, "mb_per_iteration"))] if spec.sizes else []),
+            _f(_get(a, "ms_per_iteration")), _f(_get(b, "ms_per_iteration")),
+            _f(r["delta_ms_per_iteration"], sign=True), _f(r["delta_pct"], 1, sign=True),
+            *([_f(_get(a, "us_per_call"), 1), _f(_get(b, "us_per_call"), 1)] if spec.per_call else []),
+            r["change"]]
+
+
+def render(model: dict[str, Any], specs: list[DiffTable], top: int | None) -> str:
+    """The model as terminal text; ``specs`` (:func:`jobprof.analysis.diff.tables`) say how to
+    show each plugin's table."""
     per_rank = model["scope"] == "per_rank"
     out = [_side("A", model["a"]), _side("B", model["b"]), "", model["verdict"]]
     rows = [[*([r["rank"] if r["rank"] is not None else "all"] if per_rank else []),
@@ -72,35 +101,14 @@ def render(model: dict[str, Any], top: int | None) -> str:
                                     "B mean", "B median", "B p95", "Δ ms", "Δ %", "change"],
                      disable_numparse=True)]
     limit = TOP if top is None else top
-    ops = model["operators"]
-    if ops:
-        shown = ops[:limit]
-        rows = [[*([r["rank"]] if per_rank else []), r["op_type"], r["core_type"],
-                 _f(_get(r["a"], "calls_per_iteration"), 2), _f(_get(r["b"], "calls_per_iteration"), 2),
-                 _f(r["delta_calls_per_iteration"], 2, sign=True),
-                 _f(_get(r["a"], "ms_per_iteration")), _f(_get(r["b"], "ms_per_iteration")),
-                 _f(r["delta_ms_per_iteration"], sign=True), _f(r["delta_pct"], 1, sign=True),
-                 _f(_get(r["a"], "us_per_call"), 1), _f(_get(r["b"], "us_per_call"), 1), r["change"]]
-                for r in shown]
-        out += ["", f"Operator types per iteration of one rank (A: {model['a']['op_statistic_files']}, "
-                    f"B: {model['b']['op_statistic_files']} op_statistic files; {len(shown)} of {len(ops)} "
-                    "by |Δ ms|)",
-                tabulate(rows, headers=[*(["rank"] if per_rank else []), "OP Type", "Core Type", "A calls",
-                                        "B calls", "Δ calls", "A ms", "B ms", "Δ ms", "Δ %", "A µs/call",
-                                        "B µs/call", "change"], disable_numparse=True)]
-    colls = model["collectives"]
-    if colls:
-        shown = colls[:limit]
-        rows = [[*([r["rank"]] if per_rank else []), r["op"], r["group"],
-                 _f(_get(r["a"], "calls_per_iteration"), 2), _f(_get(r["b"], "calls_per_iteration"), 2),
-                 _f(_get(r["a"], "mb_per_iteration")), _f(_get(r["b"], "mb_per_iteration")),
-                 _f(_get(r["a"], "ms_per_iteration")), _f(_get(r["b"], "ms_per_iteration")),
-                 _f(r["delta_ms_per_iteration"], sign=True), _f(r["delta_pct"], 1, sign=True), r["change"]]
-                for r in shown]
-        out += ["", f"Collectives per iteration of one rank ({len(shown)} of {len(colls)} by |Δ ms|)",
-                tabulate(rows, headers=[*(["rank"] if per_rank else []), "op", "group", "A calls", "B calls",
-                                        "A MB", "B MB", "A ms", "B ms", "Δ ms", "Δ %", "change"],
-                         disable_numparse=True)]
+    for spec in specs:
+        table = model.get(spec.key)
+        if not table:
+            continue
+        shown = table[:limit]
+        out += ["", _title(spec, model, len(shown), len(table)),
+                tabulate([_table_row(spec, r, per_rank) for r in shown],
+                         headers=_table_headers(spec, per_rank), disable_numparse=True)]
     t = model["thresholds"]
     notes = [*model["notes"],
              f"a change is slower/faster only beyond {100 * t['relative']:.0f}% and {t['iteration_ms']} ms "
@@ -121,6 +129,7 @@ def run(args: argparse.Namespace) -> int:
         a = diff.load(args.prof_a, sel_a, manager, progress_for())
         b = diff.load(args.prof_b, sel_b, manager, progress_for())
         model = diff.compare(a, b, per_rank=args.per_rank)
+        specs = diff.tables(a, b)
     except (diff.DiffError, FileNotFoundError, NotADirectoryError) as exc:  # nothing usable to compare
         print(f"jobprof: error: {exc}", file=sys.stderr)
         return 1
@@ -129,10 +138,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         if args.top is not None:
-            model["operators"] = model["operators"][:args.top]
-            if model["collectives"] is not None:
-                model["collectives"] = model["collectives"][:args.top]
+            for spec in specs:
+                if model[spec.key] is not None:
+                    model[spec.key] = model[spec.key][:args.top]
         print(json.dumps(model, indent=2))
     else:
-        print(render(model, args.top))
+        print(render(model, specs, args.top))
     return 0

@@ -55,7 +55,16 @@ import pluggy
 if TYPE_CHECKING:
     from jobprof.analysis.profile import Profile
     from jobprof.files.timeline import Timeline
-    from jobprof.plugin.types import Config, ExportContext, Iteration, MetricSet, Section, WriterSpec
+    from jobprof.plugin.types import (
+        Config,
+        DiffTable,
+        ExportContext,
+        Iteration,
+        MetricSet,
+        PartSource,
+        Section,
+        WriterSpec,
+    )
     from jobprof.runtime.session import Session
 
 PROJECT = "jobprof"
@@ -277,4 +286,55 @@ def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
             hot = [Finding("gpu_hot", f"the GPU reached {max(temps)} C", {"max_c": max(temps)})]
             return [Section("GPU temperature", ["max"], [[max(temps)]], key="gpu_temp",
                             findings=hot)] if temps else None
+    """
+
+
+@hookspec
+def jobprof_diff_tables(profile: Profile, device: int) -> Iterable[DiffTable] | None:
+    """Return this plugin's tables for ``jobprof diff``: counts per key on one device.
+
+    Called by ``jobprof diff`` once per selected device of each side (A, then B), after the
+    core has read that device's iterations, with the side's
+    :class:`~jobprof.analysis.profile.Profile` (it follows ``--rank`` / ``--iterations``).
+    Return :class:`~jobprof.plugin.types.DiffTable` objects (each with a stable ``key``, its
+    key ``columns`` and one :class:`~jobprof.plugin.types.DiffCount` per key: calls, time,
+    optionally bytes and a per-iteration series), or None.  The core pools the ranks, normalises
+    per iteration of one rank, compares A with B (``slower`` / ``faster`` / ``unchanged`` /
+    ``new`` / ``gone``) and shows the table in the text and under ``key`` in ``--json``; a key
+    belongs to the first plugin that returns it.  Return a table (``present=False``, no rows)
+    on a device without your data, so the diff can say which side lacks it
+    (``absent_note``, ``one_sided_note``).  Report files you cannot read with
+    ``jobprof.files.rawstore.problem``.
+
+    Example::
+
+        @hookimpl
+        def jobprof_diff_tables(profile, device):
+            calls, ns = {}, {}
+            for r in profile.records("gpu_kernels", device):
+                calls[r["name"]] = calls.get(r["name"], 0) + 1
+                ns[r["name"]] = ns.get(r["name"], 0) + r["end_ns"] - r["start_ns"]
+            return [DiffTable("kernels", "Kernels per iteration of one rank ({shown} of {total})",
+                              ["kernel"], ["kernel"],
+                              {(k,): DiffCount(calls[k], ns[k]) for k in calls}, present=bool(calls),
+                              one_sided_note="only one side has kernel data")]
+    """
+
+
+@hookspec
+def jobprof_breakdown_sources() -> Iterable[PartSource] | None:
+    """Name the parts of the iteration breakdown this plugin measures.
+
+    Called by ``jobprof summary`` / ``report`` once per command.  Return
+    :class:`~jobprof.plugin.types.PartSource` objects, one per part of
+    ``jobprof.analysis.breakdown.PARTS`` whose spans this plugin reports (through
+    ``jobprof_iteration_spans``), or None.  When such a part is N/A on a rank, the summary's
+    "missing" list says why, with the plugin's name: "<plugin> was off" when the run did not
+    have it active (``info.json``), else "<plugin> was on but <unseen>".
+
+    Example::
+
+        @hookimpl
+        def jobprof_breakdown_sources():
+            return [PartSource("data_wait", "no DataLoader was seen")]
     """

@@ -46,7 +46,9 @@ from jobprof.plugin.types import (
     ITERATION_STREAM,
     OPS_STREAM,
     PROFILER_STREAM,
+    DiffTable,
     MetricSet,
+    PartSource,
     PluginRecord,
     Section,
     WriterSpec,
@@ -503,6 +505,13 @@ class PluginManager(pluggy.PluginManager):
         """:meth:`active` as a frozenset, cached (asked for on every iteration)."""
         return self._current().active
 
+    def diff_tables(self, profile: Profile, device: int) -> list[tuple[str, list[DiffTable]]]:
+        """``jobprof_diff_tables(profile, device)`` of every loaded plugin: ``(plugin, tables)``."""
+        return self._answers("jobprof_diff_tables", False, profile=profile, device=device)
+
+    def breakdown_sources(self) -> list[tuple[str, list[PartSource]]]:
+        """``jobprof_breakdown_sources()`` of every loaded plugin: ``(plugin, sources)``."""
+        return self._answers("jobprof_breakdown_sources", False)
 
 
 # -- result contracts ----------------------------------------------------------------------
@@ -589,6 +598,8 @@ CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
     "jobprof_report_sections": _check_sections,
     "jobprof_iteration_spans": _check_spans,
     "jobprof_aic_metrics": _check_metrics,
+    "jobprof_diff_tables": lambda manager, plugin, result: _as_list(result, DiffTable),
+    "jobprof_breakdown_sources": lambda manager, plugin, result: _as_list(result, PartSource),
 }
 
 

@@ -629,3 +629,116 @@ def records_of(source: Any, kind: type[_R], device: int | None = None) -> list[_
         if typed is not None:
             out.append(typed)
     return out
+
+
+# -- jobprof diff: the tables plugins contribute (jobprof_diff_tables) -------------------------
+
+#: the diff model's own keys (``jobprof.diff/1``): no table may be called one of them
+DIFF_CORE_KEYS = frozenset({"schema", "a", "b", "scope", "ranks", "thresholds", "verdict", "counts",
+                            "iteration", "notes"})
+#: keys of a diff table row the core computes: no key column may be called one of them
+DIFF_ROW_KEYS = frozenset({"rank", "a", "b", "delta_calls_per_iteration", "delta_ms_per_iteration",
+                           "delta_pct", "change", "delta_mb_per_iteration"})
+_DIFF_KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _diff_key(instance: Any, attribute: Any, value: str) -> None:
+    if not _DIFF_KEY.match(value) or value in DIFF_CORE_KEYS:
+        raise ValueError(f"DiffTable key {value!r} (must match {_DIFF_KEY.pattern}, not one of the diff "
+                         f"model's own keys {sorted(DIFF_CORE_KEYS)})")
+
+
+def _diff_columns(instance: Any, attribute: Any, value: tuple[str, ...]) -> None:
+    if not value or any(not _DIFF_KEY.match(c) or c in DIFF_ROW_KEYS for c in value):
+        raise ValueError(f"DiffTable columns {list(value)} (one or more, each matching {_DIFF_KEY.pattern}, "
+                         f"none of {sorted(DIFF_ROW_KEYS)})")
+
+
+def _diff_names(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _diff_rows(rows: Mapping[Any, DiffCount]) -> Mapping[tuple[str, ...], DiffCount]:
+    return MappingProxyType({tuple(key): count for key, count in rows.items()})
+
+
+@attrs.frozen
+class DiffCount:
+    """What one key of a :class:`DiffTable` (an operator type, a collective) added up to on one
+    device, over the iterations the table covers.
+
+    ``time`` is in the table's ``time_unit``; ``bytes`` the bytes it moved (for a table with
+    ``sizes``); ``series`` its time in each covered iteration that holds it (iterations without
+    it count 0): given, the verdict also asks the median iteration to move the same way.
+    """
+
+    calls: int
+    time: float
+    bytes: int | None = None
+    series: tuple[float, ...] | None = attrs.field(
+        default=None, converter=lambda s: None if s is None else tuple(s))
+
+
+@attrs.frozen
+class DiffTable:
+    """One device's table for ``jobprof diff`` (``jobprof_diff_tables``): counts per key, which
+    the core normalises per iteration of one rank and compares A against B.
+
+    ``key`` names the table in ``diff --json`` (a list of rows, or null / ``[]`` when a side has
+    no data, see ``null_when_absent``) and in its ``counts``; ``columns`` are the rows' key
+    fields (JSON keys) and ``headers`` their text headers.  ``title`` is the text table's title,
+    a ``str.format`` template with ``{shown}`` / ``{total}`` (rows shown, rows in all) and ``{a}``
+    / ``{b}`` (the sides' covered iterations, with ``count_key``).
+
+    ``present``: the device has this kind of data at all (a table is compared when both sides
+    have it somewhere).  ``covered``: the iterations the rows add up over (e.g. files read);
+    None means every selected iteration of the rank.  ``time_unit`` is ``"ns"`` or ``"us"``.
+    ``per_call`` adds µs per call and Δ calls to the text; ``sizes`` adds MB per iteration.
+
+    What a side says about it: ``count_key`` / ``present_key`` add the covered iterations /
+    ``present`` to the side's summary in the JSON; ``absent_note`` is noted for a side without
+    the data, ``partial_note`` (a template with ``{missing}`` and ``{iterations}``) for a side
+    whose covered iterations are fewer than its iterations, both after the side's name;
+    ``one_sided_note`` once when only one side has the data.  ``verdict``: the table's top change
+    is named in the verdict (the first such table, by ``order``), and this text says so when
+    nothing changed.  ``order`` places it among the other tables (text and JSON).
+    """
+
+    key: str = attrs.field(validator=_diff_key)
+    title: str
+    columns: tuple[str, ...] = attrs.field(converter=_diff_names, validator=_diff_columns)
+    headers: tuple[str, ...] = attrs.field(converter=_diff_names)
+    rows: Mapping[tuple[str, ...], DiffCount] = attrs.field(converter=_diff_rows, factory=dict)
+    present: bool = True
+    covered: int | None = None
+    time_unit: str = attrs.field(default="ns", validator=attrs.validators.in_(("ns", "us")))
+    per_call: bool = False
+    sizes: bool = False
+    count_key: str | None = None
+    present_key: str | None = None
+    absent_note: str | None = None
+    partial_note: str | None = None
+    one_sided_note: str | None = None
+    null_when_absent: bool = True
+    verdict: str | None = None
+    order: int = 100
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.headers) != len(self.columns):
+            raise ValueError(f"DiffTable {self.key!r}: {len(self.headers)} header(s) for "
+                             f"{len(self.columns)} column(s)")
+        wrong = [k for k, v in self.rows.items() if len(k) != len(self.columns)
+                 or not all(isinstance(part, str) for part in k) or not isinstance(v, DiffCount)]
+        if wrong:
+            raise ValueError(f"DiffTable {self.key!r}: row {wrong[0]!r} is not a key of "
+                             f"{len(self.columns)} string(s) with a DiffCount")
+
+
+@attrs.frozen
+class PartSource:
+    """A part of the iteration breakdown (``jobprof.analysis.breakdown.PARTS``) that the
+    answering plugin measures (``jobprof_breakdown_sources``).  When the part is N/A on a rank,
+    the summary says why: "<plugin> was off", or "<plugin> was on but <unseen>"."""
+
+    part: str
+    unseen: str

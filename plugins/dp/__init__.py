@@ -15,8 +15,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from jobprof.analysis.breakdown import DATA_WAIT
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.types import PartSource, WriterSpec
 from jobprof.plugins.dp.loader import LoaderCollector
 from jobprof.plugins.dp.report import dp_sections, wait_spans
 from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
@@ -98,3 +99,8 @@ def jobprof_report_sections(profile: Any) -> list:
 @hookimpl
 def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
     return wait_spans(streams)
+
+
+@hookimpl
+def jobprof_breakdown_sources() -> list[PartSource]:
+    return [PartSource(DATA_WAIT, "no DataLoader was seen")]

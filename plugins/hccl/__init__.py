@@ -17,8 +17,9 @@ from functools import partial
 from typing import Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.types import PartSource, WriterSpec
 from jobprof.plugins.hccl.capture import Capture
+from jobprof.plugins.hccl.diff import collective_tables
 from jobprof.plugins.hccl.report import communication_sections, communication_spans
 from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
 
@@ -92,3 +93,13 @@ def jobprof_report_sections(profile: Any) -> list:
 @hookimpl
 def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
     return communication_spans(streams)
+
+
+@hookimpl
+def jobprof_diff_tables(profile: Any, device: int) -> list:
+    return collective_tables(profile, device)
+
+
+@hookimpl
+def jobprof_breakdown_sources() -> list[PartSource]:
+    return [PartSource("communication_not_overlapped", "no collective was seen")]

@@ -53,6 +53,7 @@ from typing import Any
 
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.types import WriterSpec
+from jobprof.plugins.task_trace.diff import operator_tables
 from jobprof.plugins.task_trace.report import compute_spans, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
 from jobprof.plugins.task_trace.trace import add_to_master, render_task_time_json
@@ -108,3 +109,8 @@ def jobprof_report_sections(profile: Any) -> list:
 @hookimpl
 def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
     return compute_spans(streams)
+
+
+@hookimpl
+def jobprof_diff_tables(profile: Any, device: int) -> list:
+    return operator_tables(profile, device)
