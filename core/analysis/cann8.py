@@ -30,7 +30,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import attrs
 
@@ -64,7 +64,9 @@ def _per_name(prof: Path, folder: str) -> dict[str, dict[int, list[Path]]]:
     """``{name: {device: [paths in iteration order]}}`` of one folder kind of every device."""
     found: dict[str, dict[int, list[Path]]] = {}
     for device_dir in device_dirs(prof):
-        device = int(DEVICE_RE.match(device_dir.name).group(1))
+        named = DEVICE_RE.match(device_dir.name)
+        assert named is not None  # device_dirs() keeps only DEVICE_RE names
+        device = int(named.group(1))
         for file in iteration_files(device_dir, folder):
             found.setdefault(file.name, {}).setdefault(device, []).append(file.path)
     return {name: dict(sorted(devices.items())) for name, devices in sorted(found.items())}
@@ -138,35 +140,39 @@ class _Sliced:
         self.folder, self.name, self.stamp, self.root = folder, name, stamp, root
         self.header: list[str] | None = None
         self._slices: list[tuple[Path, int]] = []
-        self._handle: io.TextIOWrapper | None = None
+        self._handle: IO[str] | None = None
         self._rows = 0
 
     def start(self, header: list[str]) -> None:
         self.header = header
 
-    def _open(self) -> None:
+    def _open(self) -> IO[str]:
         if self._handle is not None:
             self._handle.close()
             self._slices[-1] = (self._slices[-1][0], self._rows)
         path = self.folder / f"{self.name}_slice_{len(self._slices)}_{self.stamp}.csv"
-        self._handle = fsio.create(path, self.root)  # closed in close
-        csv.writer(self._handle, lineterminator="\n").writerow(self.header)
+        handle = self._handle = fsio.create(path, self.root)  # closed in close
+        assert self.header is not None  # start() comes first
+        csv.writer(handle, lineterminator="\n").writerow(self.header)
         self._slices.append((path, 0))
         self._rows = 0
+        return handle
 
     def write_line(self, line: str) -> None:
         """One data row, already CSV text ending in ``\\n``."""
-        if self._handle is None or self._rows >= MAX_ROWS:
-            self._open()
-        self._handle.write(line)
+        handle = self._handle
+        if handle is None or self._rows >= MAX_ROWS:
+            handle = self._open()
+        handle.write(line)
         self._rows += 1
 
     def close(self) -> dict[str, int]:
-        if self._handle is None:
+        handle = self._handle
+        if handle is None:
             if self.header is None:
                 return {}
-            self._open()  # a table whose files hold a header only: keep it, empty
-        self._handle.close()
+            handle = self._open()  # a table whose files hold a header only: keep it, empty
+        handle.close()
         self._slices[-1] = (self._slices[-1][0], self._rows)
         if len(self._slices) == 1:
             path, rows = self._slices[0]

@@ -94,7 +94,9 @@ def read_sources(prof: Path) -> list[RankSource]:
     ordered by rank then device; metadata read through :mod:`jobprof.files.rawstore`'s checks."""
     sources = []
     for path in device_dirs(prof):
-        device = int(DEVICE_RE.match(path.name).group(1))
+        named = DEVICE_RE.match(path.name)
+        assert named is not None  # device_dirs() keeps only DEVICE_RE names
+        device = int(named.group(1))
         info = rawstore.read_info(path / f"info.json.{device}") or {}
         rank = info_rank(info)
         base, unknown = _time_base(path, device, info)
@@ -463,10 +465,13 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
             rewriter = rewriters.get(group)
             if rewriter is None:
                 label = f"Rank {source.rank}" if source.rank_from == "rank_id" else f"Device {source.device}"
+
+                def rename(name: str, label: str = label) -> str:
+                    return f"{label} · {name}"
+
                 rewriter = rewriters[group] = Rewriter(group, flow_ids,
                                                        alignment.offsets.get(source.device, 0),
-                                                       lambda name, label=label: f"{label} · {name}",
-                                                       source.time_base_ns, out_base)
+                                                       rename, source.time_base_ns, out_base)
             try:
                 events = rewriter.rewrite(load_events(path))
             except MergeError as exc:  # one unreadable file: the others still merge
@@ -490,6 +495,7 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
                 "events": counts.get(source.device, 0),
                 "pids": rewriters[group].pids, **alignment.detail.get(source.device, {})}
         if fmt == "perfetto":
+            assert isinstance(writer, pftrace.PerfettoWriter)  # made so above
             for phase, n in sorted(writer.unsupported.items()):
                 notes.append(f"{n} event(s) of phase {phase!r} have no native Perfetto form: left out")
             if writer.unbound_flows:

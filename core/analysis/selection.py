@@ -48,7 +48,8 @@ def ranges(numbers: Iterable[int]) -> list[str]:
     return out
 
 
-def narrowed(described: Mapping[str, object], sep: str = ", ", rank_sep: str = ",") -> str:
+def narrowed(described: Mapping[str, str | Iterable[int] | None], sep: str = ", ",
+             rank_sep: str = ",") -> str:
     """A model's ``selection`` (:meth:`Selection.describe`) as text, ``"iterations 5-20, ranks 0,1"``;
     empty when nothing was narrowed."""
     return sep.join(f"{k} {v if k == 'iterations' else rank_sep.join(map(str, v))}"
@@ -70,7 +71,7 @@ class Selection:
     def has_rank(self, rank: int) -> bool:
         return self.ranks is None or rank in self.ranks
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> dict[str, str | list[int] | None]:
         """The selection as ``summary --json`` shows it."""
         its = window(self.iterations) if self.iterations is not None else None
         return {"iterations": its, "ranks": sorted(self.ranks) if self.ranks is not None else None}

@@ -280,8 +280,8 @@ class StreamedFile:
                 self._release()
                 raise CannotWrite(path, f"cannot write {path}: {exc.strerror or exc}", exc.errno) from None
         self._raw = raw
-        stream: IO[bytes] = gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=raw) \
-            if packed else raw
+        stream: IO[bytes] | gzip.GzipFile = \
+            gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=raw) if packed else raw
         self._packed = stream if packed else None
         # closed by finish() or abort()
         self.handle: Any = stream if binary else io.TextIOWrapper(
@@ -315,6 +315,7 @@ class StreamedFile:
                 mode = _lmode(self.path.name, self._dir)
                 if mode is not None and not stat.S_ISREG(mode):  # appeared while we wrote
                     raise UnsafePath(self.path, describe(mode), errno.EEXIST)
+            assert self._tmp is not None  # __init__ set it with _dir
             os.replace(self._tmp, self.path.name, src_dir_fd=self._dir, dst_dir_fd=self._dir)
         except CannotWrite:
             self._unlink()

@@ -227,10 +227,10 @@ class PerfettoWriter:
     def _enclosing(spans: dict[tuple[int, int], list[_Span]], starts: dict[tuple[int, int], list[int]],
                    key: tuple[Any, Any], ts: int) -> int | None:
         """The index of the deepest X event of track ``key`` with start <= ts <= end."""
-        track = spans.get(key)  # type: ignore[arg-type]
+        track = spans.get(key)
         if not track:
             return None
-        i = bisect.bisect_right(starts[key], ts)  # type: ignore[index]
+        i = bisect.bisect_right(starts[key], ts)
         best = None
         # the latest-starting span that still covers ts is the deepest (spans nest on a track)
         for _start, end, index in reversed(track[:i]):

@@ -77,6 +77,8 @@ class RawWriter:
     def _write(self, lines: list[tuple[int, bytes]]) -> list[Written]:
         if not lines:
             return []
+        # lines only after _rotate opened a segment
+        assert self._fd is not None and self.segment is not None
         blob = b"".join(line for _, line in lines)
         written = os.write(self._fd, blob)
         if written != len(blob):  # a short write to a regular file means the disk is full
@@ -92,6 +94,7 @@ class RawWriter:
         return out
 
     def _check_alive(self) -> None:
+        assert self._fd is not None  # called by _write only
         if os.fstat(self._fd).st_nlink == 0:  # writes into a deleted file would vanish
             raise OSError(2, f"{self.segment} was deleted while the job ran")
 
@@ -262,6 +265,7 @@ def _line_problem(record: Any) -> tuple[tuple[int, dict[str, list[Any]]] | None,
     kept: dict[str, list[Any]] = {}
     dropped: list[str] = []
     for name, records in streams.items():
+        good: list[Any]
         if not isinstance(records, list):
             dropped.append(f"stream {name!s:.40} is {_kind(records)}, not a list")
             continue

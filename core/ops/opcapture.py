@@ -32,7 +32,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -52,6 +52,11 @@ DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 MAX_WINDOWS = 256
 
 
+def _strs(values: Iterable[str]) -> tuple[str, ...]:
+    """Detail's converter, typed (attrs' mypy plugin takes the init parameter's type from it)."""
+    return tuple(values)
+
+
 @attrs.frozen
 class Detail:
     """What the plugins asked for: the most any of them needs."""
@@ -61,7 +66,7 @@ class Detail:
     cuda: bool = False  # also record CUDA kernels, memcpy and memset (CUPTI)
     #: CUPTI metric names measured per kernel (e.g. ``lts__t_sector_hit_rate.pct``); CUDA only.
     #: UNVERIFIED on a GPU so far: Kineto's range-profiler mode, values land in the EXTRA field
-    cupti_metrics: tuple[str, ...] = attrs.field(converter=tuple, default=())
+    cupti_metrics: tuple[str, ...] = attrs.field(converter=_strs, default=())
 
     def merge(self, other: Detail) -> Detail:
         metrics = tuple(dict.fromkeys(self.cupti_metrics + other.cupti_metrics))

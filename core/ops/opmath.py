@@ -382,7 +382,8 @@ for _name, _ops, _fl, _out in (
     ("mv", 2, lambda s, d, m: 2 * prod(s[0]) if len(s[0]) == 2 else None, _mv_out),
     ("addmv", 3, lambda s, d, m: 2 * prod(s[1]) if len(s[1]) == 2 else None, _addmv_out),
 ):
-    _add(_name, lambda o=_ops, f=_fl, u=_out: _Spec(CUBE, "matmul", o, f, u),
+    _add(_name, lambda o=_ops, f=_fl, u=_out:  # type: ignore[misc]  # mypy: lambda defaults
+         _Spec(CUBE, "matmul", o, f, u),
          inplace="rw" if _name in ("addmm", "baddbmm", "addmv") else None)
 # convolutions and other matrix-unit work whose FLOPs need arguments Kineto does not record
 _add("conv1d conv2d conv3d convolution _convolution conv_transpose1d conv_transpose2d conv_transpose3d "
@@ -400,8 +401,8 @@ for _names, _per, _operand_count, _int_to_float in (
     ("addcdiv", 2, 3, True),
     ("lerp", 3, 3, True),
 ):
-    _add(_names, lambda p=_per, c=_operand_count, i=_int_to_float: _Spec(
-        VECTOR, "elementwise", c, _per_output(p), _elementwise_out(int_to_float=i)(c)))
+    _add(_names, lambda p=_per, c=_operand_count, i=_int_to_float:  # type: ignore[misc]  # mypy: lambda defaults
+         _Spec(VECTOR, "elementwise", c, _per_output(p), _elementwise_out(int_to_float=i)(c)))
 # other elementwise ops: output known, FLOPs not defined (None)
 for _names, _operand_count, _kw in (
     ("abs sign floor ceil round trunc frac relu clamp_min clamp_max bitwise_not logical_not", 1, {}),
@@ -412,8 +413,8 @@ for _names, _operand_count, _kw in (
      "logical_and logical_or logical_xor pow atan2 hypot copysign", 2, {}),
     ("eq ne lt le gt ge isnan isinf isfinite", 2, {"result": "bool"}),
 ):
-    _add(_names, lambda c=_operand_count, kw=_kw: _Spec(VECTOR, "elementwise", c, None,
-                                                          _elementwise_out(**kw)(c)))
+    _add(_names, lambda c=_operand_count, kw=_kw:  # type: ignore[misc]  # mypy: lambda defaults
+         _Spec(VECTOR, "elementwise", c, None, _elementwise_out(**kw)(c)))
 _add("where", lambda: _Spec(VECTOR, "elementwise", 3, None, _elementwise_out(skip=1)(3)), inplace=None)
 _add("sum", lambda: _Spec(VECTOR, "reduce", 1, _reduce_flops(0), _reduce_all_out("sum")), inplace=None)
 _add("mean", lambda: _Spec(VECTOR, "reduce", 1, _reduce_flops(1), _reduce_all_out("mean")), inplace=None)

@@ -239,7 +239,9 @@ class Sink:
                 f"{max(saved)})" if saved else "no iteration's raw data was saved")
         if lost:
             text += f"; not saved: iteration(s) {', '.join(ranges(lost))}"
-        unrendered = {i for i, _, _, _ in self._todo} | {rendering}
+        unrendered = {i for i, _, _, _ in self._todo}
+        if rendering is not None:  # None was dropped by `&= saved` below anyway
+            unrendered.add(rendering)
         unrendered |= {i for first, last in self.unrendered for i in range(first, last + 1)}
         unrendered &= saved
         if unrendered:

@@ -291,6 +291,7 @@ class StepDetector:
         with self._lock:
             if not self._holds_cuts() and self._current.backwards:
                 # a second backward with no root forward in between (a forward would have cut)
+                assert self._current.bp_end is not None  # set with every backwards += 1
                 self._cut(self._current.bp_end)
             self._current.bp_end = end
             self._current.backwards += 1
@@ -374,6 +375,7 @@ class StepDetector:
         self.expect_explicit = False
         pending, self._pending = self._pending, []
         for seg in pending:
+            assert seg.end is not None  # _cut set it when it queued the segment
             self._finalize(seg, seg.end, self.mode, seg.skipped)
 
     def _finish_window(self, end: int, method: str, skipped: bool) -> None:

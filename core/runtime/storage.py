@@ -129,6 +129,7 @@ class StorageBudget:
 
     def _tell(self, why: str, first: int, last: int) -> None:
         try:
+            assert self.on_ageing is not None  # _tell's one caller checked it
             self.on_ageing(f"{why}: deleting the oldest profile data, starting with iterations "
                            f"{first}-{last} in {self.root} (storage_limit ageing; later deletions "
                            "are listed in info.json's jobprof.aged and in `jobprof summary`)")

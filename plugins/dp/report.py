@@ -20,7 +20,8 @@ def _ms(values: list[int]) -> str:
 
 
 def dp_sections(profile: Any) -> list[Section]:
-    rows, notes, findings = [], [], []
+    rows, findings = [], []
+    notes: list[str] = []
     for device in profile.devices:
         windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
         waited: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # loader, iteration

@@ -119,7 +119,9 @@ def _mode_class() -> type:
             counter = self.counter
             if self.depth or not counter.active or native_id() != counter.owner:
                 return func(*args, **(kwargs or {}))
-            read = counter.group.read
+            group = counter.group
+            assert group is not None  # active only once install() set it
+            read = group.read
             self.depth = 1
             try:
                 start, before = monotonic_ns(), read()

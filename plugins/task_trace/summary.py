@@ -69,6 +69,7 @@ def render_op_summary(ctx: ExportContext) -> str | None:
     header = SUMMARY_HEADER
     metrics = metric_cells(ctx, tab)
     if metrics is not None:
+        assert ctx.metrics is not None  # metric_cells gives None without it
         header = SUMMARY_HEADER + list(ctx.metrics.columns)
         lines = [line + cells for line, cells in zip(lines, metrics, strict=True)]
     return _text(header, lines)

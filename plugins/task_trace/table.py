@@ -65,8 +65,10 @@ class Signatures:
         Outputs are a function of the signature (``Task.outputs`` derives them from the
         operator's name and inputs)."""
         host = task.host
+        assert host is not None  # the one caller skips tasks without one
+        key: bytes | None
         try:
-            key: bytes | None = marshal.dumps((host[NAME], host[SHAPES], host[DTYPES], host[STRIDES]), 2)
+            key = marshal.dumps((host[NAME], host[SHAPES], host[DTYPES], host[STRIDES]), 2)
             found = self._cells.get(key)
         except ValueError:  # a value marshal does not take: format without the cache
             key, found = None, None
