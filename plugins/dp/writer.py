@@ -21,37 +21,41 @@ from __future__ import annotations
 from typing import Any
 
 from jobprof.files.timeline import HOST_LABEL, Timeline
-from jobprof.plugin.types import NA, ExportContext
+from jobprof.plugin.types import NA, BatchRecord, ExportContext, LoaderRecord, WorkerFetchRecord, records_of
 
 HEADER = ["Device_id", "Timestamp(us)", "Action", "Source", "Cached Buffer Size"]
-STREAM = "dp"
+#: the plugin's raw stream, declared as jobprof.plugin.types.BatchRecord / WorkerFetchRecord /
+#: LoaderRecord (kineto reads it too)
+STREAM = BatchRecord.STREAM
 PROCESS = "DataLoader"
 _ORDER = {"request": 0, "fetch start": 1, "collate start": 2, "collate end": 3, "dequeue": 4}
 
 
-def _producer(rec: dict[str, Any]) -> str:
-    loader, worker = rec["l"], rec.get("w", -1)
+def _producer(loader: int, worker: int | None) -> str:
+    worker = -1 if worker is None else worker
     return f"loader{loader}/worker{worker}" if worker >= 0 else f"loader{loader}/main"
 
 
 def rows(ctx: ExportContext) -> list[tuple[int, str, str, Any]]:
     """(ns, action, source, buffered) for every event of the iteration, in time order."""
     out: list[tuple[int, str, str, Any]] = []
-    for rec in ctx.records(STREAM):
-        kind = rec.get("k")
-        if kind == "next":
-            source = f"loader{rec['l']}"
-            out.append((rec["t0"], "request", source, rec["q0"]))
-            out.append((rec["t1"], "dequeue", _producer(rec), rec["q1"]))
-            if "f" in rec:
-                t0, t1, t2, _ = rec["f"]
-                source = _producer(rec)
+    for raw in ctx.records(STREAM):
+        batch = BatchRecord.from_raw(raw)
+        if batch is not None:
+            source = _producer(batch.loader, batch.worker)
+            out.append((batch.start_ns, "request", f"loader{batch.loader}", batch.buffered_before))
+            out.append((batch.end_ns, "dequeue", source, batch.buffered_after))
+            if batch.produced is not None:
+                t0, t1, t2, _ = batch.produced
                 out += [(t0, "fetch start", source, None), (t1, "collate start", source, None),
                         (t2, "collate end", source, None)]
-        elif kind == "fetch":
-            source = _producer(rec)
-            out += [(rec["t0"], "fetch start", source, None), (rec["t1"], "collate start", source, None),
-                    (rec["t2"], "collate end", source, None)]
+            continue
+        fetch = WorkerFetchRecord.from_raw(raw)
+        if fetch is not None:
+            source = _producer(fetch.loader, fetch.worker)
+            out += [(fetch.fetch_start, "fetch start", source, None),
+                    (fetch.collate_start, "collate start", source, None),
+                    (fetch.end, "collate end", source, None)]
     out.sort(key=lambda r: (r[0], _ORDER[r[1]]))
     return out
 
@@ -70,7 +74,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     records = ctx.records(STREAM)
     if not records:
         return
-    names = {r["l"]: r for r in records if r.get("k") == "loader"}
+    names = {r.loader: r.dataset for r in records_of(ctx, LoaderRecord)}
     us = ctx.to_us
     pid = timeline.process(PROCESS, HOST_LABEL)
     events: list[dict[str, Any]] = []
@@ -79,26 +83,29 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         events.append({"name": name, "pid": pid, "tid": tid, "ts": us(start), "dur": ctx.dur_us(start, end),
                        "args": args, "cat": "DataLoader", "ph": "X"})
 
-    for rec in records:
-        kind, loader = rec.get("k"), rec.get("l", -1)
-        dataset = names.get(loader, {}).get("dataset", "?")
-        if kind == "next":
+    for raw in records:
+        batch = BatchRecord.from_raw(raw)
+        if batch is not None:
+            loader = batch.loader
             tid = 1 + loader
-            timeline.thread(pid, tid, f"loader{loader} wait ({dataset})", sort_index=tid)
-            span(f"next(loader{loader})", tid, rec["t0"], rec["t1"],
-                 {"batch": rec["b"], "produced by": _producer(rec),
-                  "buffered at request": _na(rec["q0"]), "buffered after": _na(rec["q1"]),
-                  "wait(us)": round((rec["t1"] - rec["t0"]) / 1000, 3)})
-            if "f" in rec:
-                t0, t1, t2, size = rec["f"]
+            timeline.thread(pid, tid, f"loader{loader} wait ({names.get(loader, '?')})", sort_index=tid)
+            span(f"next(loader{loader})", tid, batch.start_ns, batch.end_ns,
+                 {"batch": batch.number, "produced by": _producer(loader, batch.worker),
+                  "buffered at request": _na(batch.buffered_before),
+                  "buffered after": _na(batch.buffered_after),
+                  "wait(us)": round((batch.end_ns - batch.start_ns) / 1000, 3)})
+            if batch.produced is not None:
+                t0, t1, t2, size = batch.produced
                 span("fetch", tid, t0, t1, {"samples": size})
                 span("collate", tid, t1, t2, {"samples": size})
-        elif kind == "fetch":
-            tid = rec["pid"]
-            timeline.thread(pid, tid, f"loader{loader} worker{rec['w']} (pid {rec['pid']})",
-                            sort_index=1000 + 100 * max(loader, 0) + rec["w"])
-            span("fetch", tid, rec["t0"], rec["t1"], {"samples": rec["n"]})
-            span("collate", tid, rec["t1"], rec["t2"], {"samples": rec["n"]})
+            continue
+        fetch = WorkerFetchRecord.from_raw(raw)
+        if fetch is not None and fetch.pid is not None:
+            tid, loader = fetch.pid, fetch.loader
+            timeline.thread(pid, tid, f"loader{loader} worker{fetch.worker} (pid {fetch.pid})",
+                            sort_index=1000 + 100 * max(loader, 0) + fetch.worker)
+            span("fetch", tid, fetch.fetch_start, fetch.collate_start, {"samples": fetch.samples})
+            span("collate", tid, fetch.collate_start, fetch.end, {"samples": fetch.samples})
     timeline.add(events)
 
 

@@ -15,10 +15,11 @@ from typing import Any
 
 from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
 from jobprof.files.timeline import Timeline, device_label
-from jobprof.plugin.types import NA, ExportContext
+from jobprof.plugin.types import NA, CollectiveRecord, ExportContext, records_of
 from jobprof.plugins.hccl.collectives import bandwidths, msprof_dtype
 
-STREAM = "hccl"
+#: the plugin's raw stream, declared as jobprof.plugin.types.CollectiveRecord (others read it too)
+STREAM = CollectiveRecord.STREAM
 STATISTIC = "communication_statistic"
 PROCESS = "Communication"
 STAT_HEADER = ["Device_id", "OP Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)",
@@ -27,40 +28,43 @@ STAT_HEADER = ["Device_id", "OP Type", "Count", "Total Time(us)", "Min Time(us)"
 _PEER_ARG = {"send": "dst rank", "recv": "src rank"}
 
 
-def _ordered(ctx: ExportContext) -> list[dict[str, Any]]:
-    return sorted(ctx.records(STREAM), key=lambda r: (r["start_ns"], -r["end_ns"]))
+def _ordered(ctx: ExportContext) -> list[CollectiveRecord]:
+    return sorted(records_of(ctx, CollectiveRecord), key=lambda r: (r.start_ns, -r.end_ns))
 
 
-def _global(record: dict[str, Any], group_rank: int) -> int:
-    ranks = record.get("ranks")
+def _global(record: CollectiveRecord, group_rank: int) -> int:
+    ranks = record.ranks
     return ranks[group_rank] if ranks and 0 <= group_rank < len(ranks) else group_rank
 
 
-def event_args(record: dict[str, Any]) -> dict[str, Any]:
+def _na(value: Any) -> Any:
+    return NA if value is None else value
+
+
+def event_args(record: CollectiveRecord) -> dict[str, Any]:
     """The args of one operation's event (the keys msprof uses, then jobprof's own)."""
-    dur = None if record.get("duration_unknown") else record["end_ns"] - record["start_ns"]
-    algbw, busbw = bandwidths(record["op"], record["bytes"], record["rank_size"], dur)
+    algbw, busbw = bandwidths(record.op, record.bytes or 0, record.rank_size or 0, record.duration_ns)
     args: dict[str, Any] = {
-        "rank size": record["rank_size"],
-        "data type": msprof_dtype(record["dtype"]) if record.get("dtype") else NA,
-        "count": record["count"],
-        "size(Byte)": record["bytes"],
+        "rank size": record.rank_size,
+        "data type": msprof_dtype(record.dtype) if record.dtype else NA,
+        "count": record.count,
+        "size(Byte)": record.bytes,
         "algorithm": NA,
         "algbw(GB/s)": round(algbw, 6) if algbw is not None else NA,
         "busbw(GB/s)": round(busbw, 6) if busbw is not None else NA,
-        "group": record["group"],
-        "group name": record.get("group_desc") or NA,
-        "group ranks": record.get("ranks") or NA,
-        "rank": record.get("rank"),
-        "seq": record["seq"],
-        "backend": record.get("backend") or NA,
-        "async": record.get("async") if record.get("async") is not None else NA,
-        "state": record.get("state", "completed"),
-        "end from": record.get("end_from", NA),
-        "thread": record.get("tid"),
+        "group": record.group,
+        "group name": record.group_desc or NA,
+        "group ranks": list(record.ranks) if record.ranks else NA,
+        "rank": record.rank,
+        "seq": record.seq,
+        "backend": record.backend or NA,
+        "async": _na(record.is_async),
+        "state": "completed" if record.state is None else record.state,
+        "end from": _na(record.end_from),
+        "thread": record.tid,
     }
-    if record.get("peer") is not None:
-        args[_PEER_ARG.get(record["op"], "root rank")] = _global(record, record["peer"])
+    if record.peer is not None:
+        args[_PEER_ARG.get(record.op, "root rank")] = _global(record, record.peer)
     return args
 
 
@@ -69,18 +73,18 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
     if not records:
         return
     pid = timeline.process(PROCESS, device_label(ctx.device_id))
-    by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_group: dict[str, list[CollectiveRecord]] = defaultdict(list)
     for r in records:
-        by_group[r["group"]].append(r)
+        by_group[_na(r.group)].append(r)
     us = ctx.to_us
     events = []
     for index, (group, rows) in enumerate(sorted(by_group.items(), key=lambda kv: _group_key(kv[0]))):
-        lanes = assign_lanes([(r["start_ns"], r["end_ns"]) for r in rows])
+        lanes = assign_lanes([(r.start_ns, r.end_ns) for r in rows])
         for lane in sorted(set(lanes)):
             timeline.thread(pid, lane_tid(index, lane), lane_name(f"Group {group} Communication", lane))
         for r, lane in zip(rows, lanes, strict=True):
-            events.append({"name": r["op"], "pid": pid, "tid": lane_tid(index, lane),
-                           "ts": us(r["start_ns"]), "dur": ctx.dur_us(r["start_ns"], r["end_ns"]),
+            events.append({"name": r.op, "pid": pid, "tid": lane_tid(index, lane),
+                           "ts": us(r.start_ns), "dur": ctx.dur_us(r.start_ns, r.end_ns),
                            "args": event_args(r), "ph": "X"})
     timeline.add(events)
 
@@ -98,9 +102,9 @@ def render_json(ctx: ExportContext) -> str | None:
 def render_statistic(ctx: ExportContext) -> str | None:
     """Operations grouped by OP Type; Ratio(%) = the type's total time / all types' total."""
     spans: dict[str, list[int]] = defaultdict(list)
-    for r in ctx.records(STREAM):
-        if not r.get("duration_unknown"):
-            spans[r["op"]].append(r["end_ns"] - r["start_ns"])
+    for r in records_of(ctx, CollectiveRecord):
+        if r.duration_ns is not None:
+            spans[r.op].append(r.duration_ns)
     if not spans:
         return None
     grand = sum(sum(v) for v in spans.values())

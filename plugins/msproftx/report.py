@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobprof.plugin.types import Section
-from jobprof.plugins.msproftx.writer import STREAM
+from jobprof.plugin.types import Section, TxRecord
 
 TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable
@@ -15,13 +14,13 @@ WIDTH = 60  # messages may be 255 bytes: keep the table readable
 def marker_sections(profile: Any) -> list[Section]:
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
     marks = 0
-    for record in profile.records(STREAM):
-        if record.get("k") == "m":
+    for _, _, record in profile.typed(TxRecord):
+        if record.is_marker:
             marks += 1
             continue
-        entry = totals[(record["m"], record["d"])]
+        entry = totals[(record.message, record.domain or "")]
         entry[0] += 1
-        entry[1] += record["e"] - record["s"]
+        entry[1] += record.end_ns - record.start_ns
     if not totals and not marks:
         return []
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])

@@ -11,9 +11,10 @@ from typing import Any
 
 from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
 from jobprof.files.timeline import HOST_LABEL, Timeline
-from jobprof.plugin.types import NA, ExportContext
+from jobprof.plugin.types import NA, ExportContext, TxRecord, records_of
 
-STREAM = "msproftx"
+#: the plugin's raw stream, declared as jobprof.plugin.types.TxRecord (kineto reads it too)
+STREAM = TxRecord.STREAM
 NAME = "msprof_tx"
 HEADER = ["Device_id", "pid", "tid", "category", "event_type", "payload_type", "payload_value",
           "Start_time(us)", "End_time(us)", "message_type", "message", "domain",
@@ -29,17 +30,21 @@ def text(message: Any) -> str:
     return message if message.isascii() else message.encode("utf-8", "replace").decode("utf-8")
 
 
-def _ordered(ctx: ExportContext) -> list[dict[str, Any]]:
-    return sorted(ctx.records(STREAM), key=lambda r: (r["s"], -r["e"]))
+def _ordered(ctx: ExportContext) -> list[TxRecord]:
+    return sorted(records_of(ctx, TxRecord), key=lambda r: (r.start_ns, -r.end_ns))
 
 
 def render_csv(ctx: ExportContext) -> str | None:
     records = _ordered(ctx)
     if not records:
         return None
-    return ctx.csv(HEADER, ([ctx.device_id, ctx.pid, r["t"], NA, EVENT_TYPES.get(r["k"], r["k"]), NA, NA,
-                             ctx.stamp_cell(r["s"]), ctx.stamp_cell(r["e"]), "string", text(r["m"]),
-                             r["d"], NA, NA] for r in records))
+    return ctx.csv(HEADER, ([ctx.device_id, ctx.pid, r.thread, NA, _event_type(r), NA, NA,
+                             ctx.stamp_cell(r.start_ns), ctx.stamp_cell(r.end_ns), "string", text(r.message),
+                             r.domain, NA, NA] for r in records))
+
+
+def _event_type(record: TxRecord) -> Any:
+    return EVENT_TYPES.get(record.kind or "", record.kind)
 
 
 def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
@@ -50,24 +55,25 @@ def add_tracks(ctx: ExportContext, timeline: Timeline) -> None:
         return
     pid = timeline.process(ctx.program or "python", HOST_LABEL)
     us, dur = ctx.to_us, ctx.dur_us
-    by_thread: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    by_thread: dict[int, list[TxRecord]] = defaultdict(list)
     for r in records:
-        by_thread[r["t"]].append(r)
+        by_thread[r.thread].append(r)
     events = []
     for thread, rows in sorted(by_thread.items()):
-        lanes = assign_lanes([(r["s"], r["e"]) for r in rows])
+        lanes = assign_lanes([(r.start_ns, r.end_ns) for r in rows])
         for lane in sorted(set(lanes)):
             timeline.thread(pid, lane_tid(thread, lane), lane_name(f"Thread {thread}", lane),
                             sort_index=thread * _LANE_SLOTS + min(lane, _LANE_SLOTS - 1))
         for r, lane in zip(rows, lanes, strict=True):
-            args: dict[str, Any] = {"event_type": EVENT_TYPES.get(r["k"], r["k"]), "domain": r["d"]}
-            if "si" in r:
-                args["Start Iteration"] = r["si"]
-            if "et" in r:
-                args["End Thread"] = r["et"]
+            args: dict[str, Any] = {"event_type": _event_type(r), "domain": r.domain}
+            if r.start_iteration is not None:
+                args["Start Iteration"] = r.start_iteration
+            if r.end_thread is not None:
+                args["End Thread"] = r.end_thread
             # dur from the integer ends: spans that nest in ns nest in the file (jobprof.plugin.clock)
-            events.append({"name": text(r["m"]) or "(empty message)", "pid": pid,
-                           "tid": lane_tid(thread, lane), "ts": us(r["s"]), "dur": dur(r["s"], r["e"]),
+            events.append({"name": text(r.message) or "(empty message)", "pid": pid,
+                           "tid": lane_tid(thread, lane), "ts": us(r.start_ns),
+                           "dur": dur(r.start_ns, r.end_ns),
                            "args": args, "ph": "X"})
     timeline.add(events)
 
