@@ -43,6 +43,27 @@ def _freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping))
 
 
+# typed converters: attrs' mypy plugin takes the init parameter's type from the converter
+def _strs(values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(values)
+
+
+def _names(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values)
+
+
+def _rows(rows: Iterable[Iterable[Any]]) -> tuple[tuple[Any, ...], ...]:
+    return tuple(map(tuple, rows))
+
+
+def _findings(values: Iterable[Finding]) -> tuple[Finding, ...]:
+    return tuple(values)
+
+
+def _evidence(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return dict(mapping)
+
+
 @attrs.frozen
 class Config:
     """The validated, effective options: every key of the composed schema, defaults filled in.
@@ -51,7 +72,7 @@ class Config:
     """
 
     values: Mapping[str, Any] = attrs.field(converter=_freeze)
-    explicit: frozenset[str] = attrs.field(converter=frozenset, factory=frozenset)
+    explicit: frozenset[str] = attrs.field(converter=_names, factory=frozenset)
     source: str = "PROFILING_OPTIONS"
     storage_limit_mb: int | None = None
 
@@ -119,7 +140,7 @@ class MetricSet:
     """
 
     name: str
-    columns: tuple[str, ...] = attrs.field(converter=tuple)
+    columns: tuple[str, ...] = attrs.field(converter=_strs)
     values: Callable[[Any, Mapping[str, Any]], list[Any]] = attrs.field(repr=False)
     #: record input shapes/dtypes/strides (FLOPs and bytes are computed from them)
     needs_shapes: bool = True
@@ -228,7 +249,7 @@ class Finding:
 
     key: str
     text: str
-    evidence: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda m: dict(m))
+    evidence: Mapping[str, Any] = attrs.field(factory=dict, converter=_evidence)
     #: 1 (worth a look) .. 3 (the first thing to fix); orders the Findings list
     weight: int = 1
 
@@ -242,12 +263,12 @@ class Section:
     """
 
     title: str
-    headers: tuple[str, ...] = attrs.field(converter=tuple)
-    rows: tuple[tuple[Any, ...], ...] = attrs.field(converter=lambda rows: tuple(map(tuple, rows)))
-    notes: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+    headers: tuple[str, ...] = attrs.field(converter=_strs)
+    rows: tuple[tuple[Any, ...], ...] = attrs.field(converter=_rows)
+    notes: tuple[str, ...] = attrs.field(converter=_strs, factory=tuple)
     key: str = attrs.field(default="")
-    findings: tuple[Finding, ...] = attrs.field(converter=tuple, factory=tuple)
-    columns: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+    findings: tuple[Finding, ...] = attrs.field(converter=_findings, factory=tuple)
+    columns: tuple[str, ...] = attrs.field(converter=_strs, factory=tuple)
 
     def __attrs_post_init__(self) -> None:
         # derived defaults on a frozen class: set once, here
@@ -266,8 +287,8 @@ class PluginRecord:
     version: str
     status: str  # active | disabled | failed
     error: str = ""
-    option_keys: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
-    files: tuple[str, ...] = attrs.field(converter=tuple, factory=tuple)
+    option_keys: tuple[str, ...] = attrs.field(converter=_strs, factory=tuple)
+    files: tuple[str, ...] = attrs.field(converter=_strs, factory=tuple)
 
 
 # -- Declared records of shared streams -------------------------------------------------------

@@ -85,6 +85,13 @@ class Session:
     def attached(self, name: str) -> Any:
         return self._attached.get(name)
 
+    def set_info(self, key: str, value: Any) -> None:
+        """A plugin's fact for info.json's ``jobprof`` section (see PluginSession.set_info)."""
+        self.info[key] = value
+
+    def get_info(self, key: str) -> Any:
+        return self.info.get(key)
+
     def on_root_module(self, listener: Callable[[Any], None], what: str = "") -> None:
         """Call ``listener(module)`` for every module first seen as a root (outermost) forward.
 

@@ -77,7 +77,7 @@ def jobprof_session_start(session: Any) -> None:
         wanted = ""
     if not wanted and _cuda(torch):
         session.request_ops(cupti_metrics=CUPTI_METRICS)
-        session.info["l2"] = {"available": True, "source": "CUPTI", "metrics": list(CUPTI_METRICS)}
+        session.set_info("l2", {"available": True, "source": "CUPTI", "metrics": list(CUPTI_METRICS)})
         return
     if wanted == "software":
         source, specs = "software", perfcounters.SOFTWARE
@@ -91,13 +91,13 @@ def jobprof_session_start(session: Any) -> None:
             reasons.append(reason)
         reason = "; ".join(reasons) if reason is not None else None
     if reason is not None:
-        session.info["l2"] = {"available": False, "reason": reason}
+        session.set_info("l2", {"available": False, "reason": reason})
         session.reporter.warning(f"l2: L2 cache data unavailable: {reason}; no l2_cache files are written "
                                  "(the job is not affected)")
         return
     counter = OpCounter(specs, source)
     session.attach("l2", counter)
-    session.info["l2"] = {"available": True, "source": source, "events": counter.events}
+    session.set_info("l2", {"available": True, "source": source, "events": counter.events})
     session.request_ops(shapes=False)  # the tasks the counts are joined to
 
     def on_root(module: Any) -> None:  # the first root forward runs on the training thread
