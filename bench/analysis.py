@@ -69,7 +69,7 @@ def _available() -> set[str]:
 def _raw_records(prof: Path) -> dict[str, int]:
     """Raw records per stream over every device: what summary and report read."""
     from jobprof.files import rawstore
-    from jobprof.files.export import device_dirs
+    from jobprof.files.profdir import device_dirs
 
     counts: dict[str, int] = {}
     for device in device_dirs(prof):

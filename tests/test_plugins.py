@@ -612,8 +612,9 @@ def test_a_wrapper_wraps_the_hook_and_sees_the_checked_answers():
     results = manager.writers(None)
     assert [(name, [s.name for s in specs]) for name, specs in results] == \
         [("a", ["a_file"]), ("wrapper", ["extra"])]
-    # the wrapper saw both implementations' answers, in registration order, already listed
-    assert [(a.plugin, [s.name for s in a.value]) for a in seen[0]] == [("a", ["a_file"]), ("b", ["b_file"])]
+    # the wrapper saw both implementations' answers, already listed
+    # (pluggy's order: the last registered first)
+    assert [(a.plugin, [s.name for s in a.value]) for a in seen[0]] == [("b", ["b_file"]), ("a", ["a_file"])]
     assert stream.getvalue() == ""
 
 
@@ -681,7 +682,7 @@ def test_firstresult_stops_at_the_first_answer_built_ins_first():
     def group_plugin(plugin: str, group: str) -> type:
         class P:
             @staticmethod
-            @hookimpl
+            @hookimpl(tryfirst=plugin == "second")  # ignored on a third-party plugin
             def jobprof_aic_metrics(name: str) -> MetricSet | None:
                 asked.append(plugin)
                 if name == group:
@@ -690,7 +691,7 @@ def test_firstresult_stops_at_the_first_answer_built_ins_first():
 
         return P
 
-    # registered after the built-ins: pluggy alone would ask these first
+    # registered after the built-ins (and one tryfirst): pluggy alone would ask these first
     manager.register(group_plugin("second", "PipeUtilization"), "second")
     manager.register(group_plugin("third", "Intensity"), "third")
     manager.register(group_plugin("fourth", "Intensity"), "fourth")
@@ -698,8 +699,8 @@ def test_firstresult_stops_at_the_first_answer_built_ins_first():
     assert plugin == "aic_metrics" and "second_col" not in metrics.columns
     assert asked == []  # the built-in answered: no later implementation was called
     plugin, metrics = manager.aic_metrics("Intensity")
-    assert (plugin, list(metrics.columns)) == ("third", ["third_col"])
-    assert asked == ["second", "third"]  # in registration order, stopped at the first answer
+    assert (plugin, list(metrics.columns)) == ("fourth", ["fourth_col"])
+    assert asked == ["fourth"]  # the last registered first (pluggy's override order), stopped there
     assert manager.aic_metrics(None) is None
     assert "disabled" not in stream.getvalue()
 
@@ -741,11 +742,12 @@ def test_streams_belong_to_the_first_plugin_that_returns_them():
 
         return P
 
-    manager.register(plugin({"temp": [1]}), "first")
+    # pluggy calls the last registered first: "first" is the first to return "temp"
     manager.register(plugin({"temp": [2]}), "second")
     manager.register(plugin({"iteration": []}), "core_thief")
     manager.register(plugin({"Bad-Name": []}), "bad_name")
     manager.register(plugin({"ok": "not a list"}), "not_list")
+    manager.register(plugin({"temp": [1]}), "first")
     assert manager.iteration_end(None, None) == [("first", {"temp": [1]})]
     assert manager.stream_owner("temp") == "first"
     assert manager.active() == ["first"]

@@ -36,8 +36,7 @@ import attrs
 
 from jobprof.analysis.merge import Rewriter, TraceWriter, load_events, read_sources
 from jobprof.files import fsio
-from jobprof.files.export import device_dirs
-from jobprof.files.profdir import DEVICE_RE, iteration_files
+from jobprof.files.profdir import DEVICE_RE, device_dirs, iteration_files
 
 FOLDER = "mindstudio_profiler_output"
 #: msprof splits a table past this many rows (header excluded) into slices

@@ -26,9 +26,8 @@ import attrs
 
 from jobprof.analysis.selection import ranges, window
 from jobprof.files import rawstore
-from jobprof.files.export import device_dirs
 from jobprof.files.fsio import STDOUT, StreamedFile, make_dirs
-from jobprof.files.profdir import DEVICE_RE, IterationFile, info_rank, iteration_files
+from jobprof.files.profdir import DEVICE_RE, IterationFile, device_dirs, info_rank, iteration_files
 from jobprof.files.timeline import PID_BASE
 from jobprof.plugin.clock import ClockAnchor, own_base, ts_ns
 

@@ -17,8 +17,7 @@ from typing import Any, TypeVar
 
 from jobprof.analysis.selection import ALL, Selection
 from jobprof.files import rawstore
-from jobprof.files.export import device_dirs
-from jobprof.files.profdir import PROF_RE, info_rank, iteration_files
+from jobprof.files.profdir import PROF_RE, device_dirs, info_rank, iteration_files
 from jobprof.plugin.types import Iteration, SharedRecord
 
 _R = TypeVar("_R", bound=SharedRecord)

@@ -11,7 +11,7 @@ from jobprof.analysis.merge import MergeError
 from jobprof.analysis.profile import find_prof_dir
 from jobprof.cli._common import add_prof_dir, new_manager
 from jobprof.cli.progress import bar
-from jobprof.files import export, rawstore
+from jobprof.files import export, profdir, rawstore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     prof = find_prof_dir(args.prof_dir)
     manager, _ = new_manager()
     manager.load_entry_points()
-    devices = export.device_dirs(prof)
+    devices = profdir.device_dirs(prof)
     if not devices:
         print(f"jobprof: error: {prof} has no device_<id> folders", file=sys.stderr)
         return 1

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from jobprof.analysis.profile import find_prof_dir
-from jobprof.files import export, fsio
+from jobprof.files import fsio, profdir
 from jobprof.files.profdir import iteration_files
 from jobprof.plugin.types import STEP_MODE_MODEL_ID
 
@@ -51,7 +51,7 @@ def gather(prof_dirs: list[Path], output: Path,
     returns {folder: {rank: source}}.  Raises ValueError naming both files when two have one rank."""
     found: dict[str, dict[int, Path]] = {}
     for prof in prof_dirs:
-        for device_dir in export.device_dirs(prof):
+        for device_dir in profdir.device_dirs(prof):
             for file in iteration_files(device_dir, "timeline", WRITER):
                 path, model, index = file.path, file.model, file.iteration
                 if iterations and index not in iterations:

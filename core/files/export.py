@@ -16,7 +16,7 @@ import attrs
 
 from jobprof.files import rawstore, timeline
 from jobprof.files.fsio import atomic_write, make_dirs
-from jobprof.files.profdir import DEVICE_RE
+from jobprof.files.profdir import DEVICE_RE, device_dirs  # noqa: F401  (device_dirs: the old home)
 from jobprof.plugin.clock import ClockAnchor, own_base
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.types import Config, ExportContext, Iteration, MetricSet, WriterSpec
@@ -141,6 +141,3 @@ def export_device(device_dir: Path, manager: PluginManager,
     return ExportResult(device_dir, iterations, files, tuple(problems))
 
 
-def device_dirs(prof_dir: Path) -> list[Path]:
-    return sorted((p for p in prof_dir.iterdir() if DEVICE_RE.match(p.name) and p.is_dir()),
-                  key=lambda p: int(p.name.split("_")[1]))

@@ -50,6 +50,12 @@ ITERATION_FILE_RE = re.compile(
 FOLDER_EXT = {"timeline": "json", "summary": "csv"}
 
 
+def device_dirs(prof_dir: Path) -> list[Path]:
+    """The ``device_<id>`` folders of a PROF_ folder, by device id."""
+    return sorted((p for p in prof_dir.iterdir() if DEVICE_RE.match(p.name) and p.is_dir()),
+                  key=lambda p: int(p.name.split("_")[1]))
+
+
 def _used_indices(output: str) -> set[int]:
     try:
         return {int(m.group(1)) for n in os.listdir(output) if (m := PROF_RE.match(n))}

@@ -24,10 +24,13 @@ contract does not allow (checked by ``jobprof.plugin.manager.CHECKS``).
 
 Hooks are called by pluggy, with pluggy's semantics:
 
-- **Order.** Implementations run built-ins first, then third-party plugins in load order
-  (entry-point name, then ``sys.path``): the first plugin to return a stream or a writer file
-  owns it.  jobprof registers every plain implementation ``trylast`` to get this order, so
-  ``tryfirst``/``trylast`` on a plain implementation have no effect.
+- **Order.** pluggy's: the last registered runs first, ``trylast`` implementations last.
+  Built-ins always run before third-party plugins (jobprof registers their plain
+  implementations ``tryfirst`` and ignores ``tryfirst`` on a third-party one), so a built-in
+  claims its streams and writer files first; the first plugin to return a stream or a file
+  owns it.  Third-party plugins load by entry-point name (then ``sys.path``) and so run in
+  reverse of that order: a plugin loaded later can override an earlier one's answer to
+  ``jobprof_aic_metrics``.
 - **firstresult.** ``jobprof_aic_metrics`` is ``firstresult``: pluggy stops at the first
   implementation that returns something other than None; the later ones are not called.
 - **Wrappers.** A new-style wrapper, ``@hookimpl(wrapper=True)``, runs around the other
@@ -145,7 +148,7 @@ def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str
     ``start_ns``/``end_ns`` rather than taking "everything since the last call".  Return
     ``{stream_name: [record, ...]}`` with JSON-serialisable records; the core stores them
     atomically under ``device_<id>/data/`` and passes them to writers.  A stream belongs to the
-    first plugin that returns it (built-ins are called first, then load order).
+    first plugin that returns it (built-ins are called first).
 
     To keep the training thread free, a stream's value may instead be a zero-argument callable
     returning that list: the core calls it on the ``jobprof-sink`` thread within 0.1 s (and

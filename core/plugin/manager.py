@@ -11,13 +11,12 @@ the other plugins.  A plain implementation's proxy returns an :class:`~jobprof.p
 (plugin name, checked value), so the typed methods (one per hook, tox 4 style: :meth:`writers`,
 :meth:`aic_metrics`, ...) know who answered what.
 
-Order: pluggy calls the implementation registered last first.  jobprof registers every plain
-(non-wrapper) implementation ``trylast`` (:meth:`parse_hookimpl_opts`), which turns that into
-registration order, and loads built-ins first: implementations run built-ins first, then
-third-party plugins in load order (entry-point name, then ``sys.path``), so a built-in claims
-its streams and files first and answers a ``firstresult`` hook first.  Plugins' own
-``tryfirst``/``trylast`` on a plain implementation are therefore overridden; on a wrapper they
-keep pluggy's meaning.
+Order: pluggy's own.  pluggy calls ``tryfirst`` implementations, then plain ones, then
+``trylast`` ones, the last registered first within each tier.  jobprof registers every plain
+implementation of a built-in plugin ``tryfirst`` (:meth:`parse_hookimpl_opts`) and ignores
+``tryfirst`` on a third-party plain implementation: built-ins always run first (they claim
+their streams and files first and answer a ``firstresult`` hook first), then third-party
+plugins, the last loaded first (pluggy's override order), ``trylast`` ones last.
 
 Also disabled at registration: a plugin that fails to import, implements a hook that does not
 exist (``check_pending``), or uses an old-style ``hookwrapper=True``.  Name clashes: when two
@@ -39,7 +38,7 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 import pluggy
 
-from jobprof.plugin import hookspec
+from jobprof.plugin import hookspec, moved
 from jobprof.plugin.hookspec import Answer
 from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.types import (
@@ -150,6 +149,7 @@ class PluginManager(pluggy.PluginManager):
         self._isolated: dict[HookImpl, _Isolated] = {}
         self._version = 0
         self._plan = _Plan(-1, frozenset(), None)
+        self._registering_builtin = False  # read by parse_hookimpl_opts during register()
         #: set by the session: cleanup to run for a plugin (by name) before it is unregistered
         self.on_fail: Callable[[str], None] | None = None
 
@@ -164,6 +164,7 @@ class PluginManager(pluggy.PluginManager):
         the order hooks run in.  Blocked plugins are never imported.  Calling it again loads
         nothing twice.
         """
+        moved.install()  # plugins written against the old module paths still import
         blocked = disabled_names(environ)
         try:
             found = [(ep, *_dist_of(ep)) for ep in entry_points(group=GROUP)]
@@ -201,13 +202,15 @@ class PluginManager(pluggy.PluginManager):
                 self.fail(ep.name, str(exc) if isinstance(exc, ValueError) else _short_error(exc))
 
     def parse_hookimpl_opts(self, plugin: object, name: str) -> pluggy.HookimplOpts | None:
-        """pluggy's options, with every plain implementation ``trylast``: pluggy then calls
-        them in registration order (built-ins first, then load order), not last-registered
-        first.  Wrappers keep their own options."""
+        """pluggy's options, with built-ins first: a built-in plugin's plain implementations
+        are ``tryfirst``; a third-party plain implementation cannot be (its ``trylast`` stays).
+        Wrappers keep their own options."""
         opts = super().parse_hookimpl_opts(plugin, name)
         if opts is None or opts.get("wrapper") or opts.get("hookwrapper"):
             return opts
-        return cast(pluggy.HookimplOpts, {**opts, "tryfirst": False, "trylast": True})
+        if self._registering_builtin:
+            return cast(pluggy.HookimplOpts, {**opts, "tryfirst": True, "trylast": False})
+        return cast(pluggy.HookimplOpts, {**opts, "tryfirst": False})
 
     def register(self, plugin: object, name: str | None = None) -> str:
         """Register one plugin object; a hook with no matching spec fails it (check_pending).
@@ -220,10 +223,14 @@ class PluginManager(pluggy.PluginManager):
             raise ValueError(f"a plugin named '{name}' is already registered")
         if self.get_name(plugin) is not None:
             raise ValueError(f"the same object is already registered as '{self.get_name(plugin)}'")
+        record = self._records.get(name)
+        self._registering_builtin = record is not None and record.distribution == BUILTIN_DIST
         try:
             super().register(plugin, name=name)
         except pluggy.PluginValidationError as exc:
             raise ValueError(_validation_reason(exc)) from None
+        finally:
+            self._registering_builtin = False
         callers = self.get_hookcallers(plugin) or []
         try:
             self.check_pending()

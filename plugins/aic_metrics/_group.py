@@ -97,11 +97,11 @@ def no_source(columns: tuple[str, ...]) -> Callable[[Any, Mapping], list]:
 
 
 def calibrate_once(session: Any) -> None:
-    """``session.info["calibration"]``: the peaks of the device the model runs on, measured at
+    """info.json's ``jobprof.calibration``: the peaks of the device the model runs on, measured at
     its first root-module forward (the CUDA path is UNVERIFIED on a GPU here)."""
     import torch
 
-    if "calibration" in session.info:
+    if session.get_info("calibration") is not None:
         return
     done: list[bool] = []
 
@@ -125,7 +125,7 @@ def _record(session: Any, torch: Any, device: str) -> None:
     from jobprof.ops.calibrate import calibrate
 
     result = calibrate(torch, device)  # never raises
-    session.info["calibration"] = result
+    session.set_info("calibration", result)
     if "error" in result:
         session.reporter.warning(f"aic_metrics: measuring the peaks of {device} failed ({result['error']}); "
                                  "the utilisation columns are N/A")
