@@ -74,7 +74,9 @@ class ClockAnchor:
 
     @classmethod
     def from_info(cls, info: dict[str, Any]) -> ClockAnchor:
-        epoch_us = int(info.get("collectionTimeBegin") or info.get("collectionTimeEnd"))
+        # "0" is a time: only a missing begin falls back to the end
+        begin = info.get("collectionTimeBegin")
+        epoch_us = int(begin if begin not in (None, "") else info["collectionTimeEnd"])
         return cls(epoch_us * 1000, int(info["clockMonotonic"]), int(info.get("clockMonotonicRaw", 0)))
 
 

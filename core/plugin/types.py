@@ -157,7 +157,8 @@ class ExportContext:
     iteration: Iteration
     pid: int
     #: raw records of this iteration, by stream name
-    streams: Mapping[str, list[dict[str, Any]]] = attrs.field(converter=_freeze)
+    #: records are JSON values: objects for most streams, arrays for the core's ``ops``
+    streams: Mapping[str, list[Any]] = attrs.field(converter=_freeze)
     #: the recording process's clock anchor (monotonic ns -> epoch)
     anchor: ClockAnchor = attrs.field(repr=False)
     config: Config | None = None
@@ -184,7 +185,7 @@ class ExportContext:
         base = self.time_base_ns
         return TimeAxis(self.anchor, own_base(self.anchor) if base is None else base)
 
-    def records(self, stream: str) -> list[dict[str, Any]]:
+    def records(self, stream: str) -> list[Any]:
         return self.streams.get(stream, [])
 
     def to_us(self, monotonic_ns: int) -> float:
