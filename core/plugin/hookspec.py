@@ -16,7 +16,10 @@ Lifecycle of one profiled process::
     export         jobprof_writers(config)             by the exporter (in-process and `jobprof export`)
                    jobprof_aic_metrics(name)           once per export: the chosen metric group
                    jobprof_timeline(ctx, timeline)     per iteration, for the master timeline
-    reporting      jobprof_report_sections(profile)    by `jobprof summary`
+    reporting      jobprof_report_sections(profile)    by `jobprof summary` and `jobprof report`
+                   jobprof_iteration_spans(iteration, streams)   by `jobprof summary`, per iteration
+                   jobprof_breakdown_sources()         by `jobprof summary`: who measures which part
+                   jobprof_diff_tables(profile, device)   by `jobprof diff`, per device of each side
 
 A hook that raises disables its plugin for the rest of the process; the job and the other
 plugins carry on, and the reporter names the plugin once.  So does a result the hook's
@@ -58,6 +61,7 @@ import pluggy
 if TYPE_CHECKING:
     from jobprof.analysis.profile import Profile
     from jobprof.files.timeline import Timeline
+    from jobprof.plugin.session import PluginSession
     from jobprof.plugin.types import (
         Config,
         DiffTable,
@@ -68,7 +72,6 @@ if TYPE_CHECKING:
         Section,
         WriterSpec,
     )
-    from jobprof.runtime.session import Session
 
 PROJECT = "jobprof"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -122,7 +125,7 @@ def jobprof_configure(config: Config) -> bool | None:
 
 
 @hookspec
-def jobprof_session_start(session: Session) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     """Install collectors.  Called once, when the profiled program has imported torch.
 
     ``session.config`` holds the options; keep per-run state on the session with
@@ -138,7 +141,7 @@ def jobprof_session_start(session: Session) -> None:
 
 
 @hookspec
-def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str, list] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> Mapping[str, list] | None:
     """Hand over the raw records collected during ``iteration``.
 
     Called once per finished iteration, in order, usually on the training thread right after
@@ -168,7 +171,7 @@ def jobprof_iteration_end(session: Session, iteration: Iteration) -> Mapping[str
 
 
 @hookspec
-def jobprof_session_end(session: Session) -> None:
+def jobprof_session_end(session: PluginSession) -> None:
     """Uninstall collectors.  Called once at exit, on SIGTERM or after an uncaught exception.
 
     Records of an unfinished iteration are dropped; every finished one was already handed over.
