@@ -37,7 +37,8 @@ from types import MappingProxyType
 from typing import Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import MetricSet
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, MetricSet
 from jobprof.plugins.aic_metrics import (
     _group,
     arithmetic_utilization,
@@ -56,7 +57,7 @@ GROUPS: Mapping[str, _group.Group] = MappingProxyType({spec.name: spec for spec 
     resource_conflict_ratio.SPEC, l2_cache.SPEC, memory_access.SPEC)})
 
 
-def _chosen(config: Any) -> _group.Group | None:
+def _chosen(config: Config) -> _group.Group | None:
     name = config.get("aic_metrics")
     return GROUPS.get(name) if isinstance(name, str) else None
 
@@ -79,13 +80,13 @@ def jobprof_aic_metrics(name: str) -> MetricSet | None:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     """Active only when the options chose one of these groups."""
     return _chosen(config) is not None
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     group = _chosen(session.config)
     if group is not None:
         group.start(session)

@@ -50,6 +50,7 @@ import attrs
 
 from jobprof.ops import opmath
 from jobprof.ops.opcapture import NAME
+from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import NA, MetricSet
 
 #: calibration keys (jobprof.ops.calibrate)
@@ -82,7 +83,7 @@ class Group:
         return MetricSet(self.name, self.columns, self.values, needs_shapes=True, needs_peaks=self.peaks,
                          sources=self.sources)
 
-    def start(self, session: Any) -> None:
+    def start(self, session: PluginSession) -> None:
         """Ask for operators with shapes (and Kineto's FLOP estimate, CUPTI metrics), and measure
         the machine's peaks once when the group needs them."""
         session.request_ops(shapes=True, flops=self.flops, cupti_metrics=self.cupti)
@@ -96,7 +97,7 @@ def no_source(columns: tuple[str, ...]) -> Callable[[Any, Mapping], list]:
     return lambda task, machine: list(row)
 
 
-def calibrate_once(session: Any) -> None:
+def calibrate_once(session: PluginSession) -> None:
     """info.json's ``jobprof.calibration``: the peaks of the device the model runs on, measured at
     its first root-module forward (the CUDA path is UNVERIFIED on a GPU here)."""
     import torch
@@ -121,7 +122,7 @@ def calibrate_once(session: Any) -> None:
     session.on_root_module(on_root, "calibration")
 
 
-def _record(session: Any, torch: Any, device: str) -> None:
+def _record(session: PluginSession, torch: Any, device: str) -> None:
     from jobprof.ops.calibrate import calibrate
 
     result = calibrate(torch, device)  # never raises

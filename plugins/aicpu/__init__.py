@@ -17,12 +17,16 @@ Switch: ``"aicpu": "on"`` (the dp plugin also follows it when ``dp`` is unset).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, WriterSpec
 from jobprof.plugins.aicpu.report import aicpu_sections
 from jobprof.plugins.aicpu.writer import render_csv
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 
 @hookimpl
@@ -31,18 +35,18 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on("aicpu")
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     # the split needs the operator tree, not shapes
     session.request_ops(shapes=False)
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if config is not None and not config.is_on("aicpu"):
         return []
     return [WriterSpec("aicpu", "csv", render_csv,
@@ -50,5 +54,5 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
+def jobprof_report_sections(profile: Profile) -> list:
     return aicpu_sections(profile)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.ops.opcapture import NAME
 from jobprof.ops.opcapture import STREAM as OPS_STREAM
@@ -12,12 +12,15 @@ from jobprof.ops.optree import OpView
 from jobprof.plugin.types import Finding, Section
 from jobprof.plugins.aicpu.split import launching_tops, split
 
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+
 TOP = 10
 #: median per-iteration dispatch share above which the operators are called framework-bound
 FRAMEWORK_BOUND_SHARE = 0.5
 
 
-def _on(profile: Any, device: int) -> bool:
+def _on(profile: Profile, device: int) -> bool:
     options = profile.info(device).get("jobprof", {}).get("options", {})
     return options.get("aicpu") not in (None, "", "off")
 
@@ -26,7 +29,7 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}" if whole else "N/A"
 
 
-def aicpu_sections(profile: Any) -> list[Section]:
+def aicpu_sections(profile: Profile) -> list[Section]:
     rows: list[list[Any]] = []
     notes: list[str] = []
     findings: list[Finding] = []

@@ -13,17 +13,22 @@ data with AI CPU data), and ``"dp": "off"`` turns it off even then.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.analysis.breakdown import DATA_WAIT
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import PartSource, WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, ExportContext, Iteration, PartSource, WriterSpec
 from jobprof.plugins.dp.loader import LoaderCollector
 from jobprof.plugins.dp.report import dp_sections, wait_spans
 from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
 
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+    from jobprof.files.timeline import Timeline
 
-def enabled(config: Any) -> bool:
+
+def enabled(config: Config) -> bool:
     value = config.get("dp", "")
     return value == "on" or (value in ("", None) and config.is_on("aicpu"))
 
@@ -36,12 +41,12 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return enabled(config)
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     import torch
 
     collector = LoaderCollector()
@@ -50,13 +55,13 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
     # built on the core's sink thread: the training thread only creates the partial
     return {STREAM: partial(session.attached(STREAM).take, iteration.end_ns)}
 
 
 @hookimpl
-def jobprof_session_end(session: Any) -> None:
+def jobprof_session_end(session: PluginSession) -> None:
     collector = session.attached(STREAM)
     collector.uninstall()
     lost = sum(collector.dropped.values())
@@ -79,7 +84,7 @@ def jobprof_session_end(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if config is not None and not enabled(config):
         return []
     return [WriterSpec("dp", "csv", render_csv,
@@ -87,12 +92,12 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_to_master(ctx, timeline)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
+def jobprof_report_sections(profile: Profile) -> list:
     return dp_sections(profile)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.analysis.breakdown import DATA_WAIT
 from jobprof.plugin.types import Finding, Section
 from jobprof.plugins.dp.writer import STREAM
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 #: share of iteration time spent waiting above which a loop is called data-bound
 DATA_BOUND_SHARE = 0.10
@@ -19,7 +22,7 @@ def _ms(values: list[int]) -> str:
     return f"{statistics.median(values) / 1e6:.3f}" if values else "N/A"
 
 
-def dp_sections(profile: Any) -> list[Section]:
+def dp_sections(profile: Profile) -> list[Section]:
     rows, findings = [], []
     notes: list[str] = []
     for device in profile.devices:

@@ -14,14 +14,19 @@ from __future__ import annotations
 
 import os
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import PartSource, WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, ExportContext, Iteration, PartSource, WriterSpec
 from jobprof.plugins.hccl.capture import Capture
 from jobprof.plugins.hccl.diff import collective_tables
 from jobprof.plugins.hccl.report import communication_sections, communication_spans
 from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+    from jobprof.files.timeline import Timeline
 
 
 @hookimpl
@@ -30,12 +35,12 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on("hccl")
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     import torch
 
     if not torch.distributed.is_available():
@@ -50,7 +55,7 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any] | None:
     capture = session.attached(STREAM)
     if capture is None:
         return None
@@ -59,7 +64,7 @@ def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any] | None
 
 
 @hookimpl
-def jobprof_session_end(session: Any) -> None:
+def jobprof_session_end(session: PluginSession) -> None:
     capture = session.attached(STREAM)
     if capture is None:
         return
@@ -69,7 +74,7 @@ def jobprof_session_end(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if config is not None and not config.is_on("hccl"):
         return []
     return [
@@ -81,12 +86,12 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_tracks(ctx, timeline)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
+def jobprof_report_sections(profile: Profile) -> list:
     return communication_sections(profile)
 
 
@@ -96,7 +101,7 @@ def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
 
 
 @hookimpl
-def jobprof_diff_tables(profile: Any, device: int) -> list:
+def jobprof_diff_tables(profile: Profile, device: int) -> list:
     return collective_tables(profile, device)
 
 

@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jobprof.plugin.types import CollectiveRecord
+from jobprof.plugin.types import CollectiveRecord, Iteration
 from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
 
 #: records waiting for their iteration (about 1 KB each); beyond this the oldest are dropped
@@ -69,7 +69,8 @@ class Capture:
         from torch._C import _distributed_c10d as c10d
 
         self._torch, self._warn = torch, warn
-        self._c10d = c10d
+        #: Any, like the rest of torch: its stubs type Work.wait, which _patch_wait replaces
+        self._c10d: Any = c10d
         self._done: deque[dict[str, Any]] = deque()
         #: works not ended yet: id(work) -> (record, work, how its end is learnt, its future)
         self._open: dict[int, tuple[dict[str, Any], Any, str, Any]] = {}
@@ -109,6 +110,8 @@ class Capture:
         # (position, name, default) of the arguments the record reads; the dispatcher may hand
         # trailing arguments over by keyword, or leave defaulted ones out
         def where(name: str | None) -> tuple[int, str, Any] | None:
+            if name is None:  # no such argument in this collective (no schema argument is unnamed)
+                return None
             for i, arg in enumerate(schema):
                 if arg.name == name:
                     return i, name, arg.default_value
@@ -126,7 +129,8 @@ class Capture:
             try:
                 values = [None if w is None else args[w[0]] if w[0] < len(args)
                           else kwargs.get(w[1], w[2]) for w in wanted]
-                record(collective, *values, out, start)
+                chunk, peer, is_async, process_group = values
+                record(collective, chunk, peer, is_async, process_group, out, start)
             except Exception as exc:  # never into the job: counted and reported once at exit
                 if len(self.errors) < 5:
                     self.errors.append(f"{collective.name}: {exc!r}")
@@ -238,7 +242,7 @@ class Capture:
         done.append(record)
 
     # -- on the sink thread --------------------------------------------------------------------
-    def take(self, iteration: Any) -> list[dict[str, Any]]:
+    def take(self, iteration: Iteration) -> list[dict[str, Any]]:
         """The operations started by the end of ``iteration`` that have ended, as raw records.
 
         An operation belongs to the iteration in which it started; one still running when that
@@ -261,7 +265,9 @@ class Capture:
                     self._finished(key, "observed", future)  # a no-op if the callback won
                 break
             time.sleep(0.001)  # lets the callbacks take the GIL
-        done, mine, later = self._done, [], []
+        done = self._done
+        mine: list[dict[str, Any]] = []
+        later: list[dict[str, Any]] = []
         for _ in range(len(done)):
             record = done.popleft()
             (mine if record["start_ns"] <= end_ns else later).append(record)

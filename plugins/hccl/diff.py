@@ -3,11 +3,14 @@ calls, bytes and time over the selected iterations."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.files import rawstore
 from jobprof.plugin.types import DiffCount, DiffTable
 from jobprof.plugins.hccl.writer import STREAM
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 
 def _collective(r: dict[str, Any]) -> tuple[tuple[str, str], int, int] | None:
@@ -23,7 +26,7 @@ def _collective(r: dict[str, Any]) -> tuple[tuple[str, str], int, int] | None:
     return (r["op"], group), size, end - start
 
 
-def collective_tables(profile: Any, device: int) -> list[DiffTable]:
+def collective_tables(profile: Profile, device: int) -> list[DiffTable]:
     """The device's collective table; always returned (``present`` is False when the device has
     no hccl record), so the diff can say that only one side has collectives."""
     per: dict[tuple[str, str], list[int]] = {}

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.analysis.breakdown import COMMUNICATION, COMMUNICATION_BLOCKING
 from jobprof.plugin.types import NA, Section
 from jobprof.plugins.hccl.collectives import bandwidths
 from jobprof.plugins.hccl.writer import STREAM
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 TOP = 10
 
@@ -18,7 +21,7 @@ def _gbs(value: float | None) -> str:
     return f"{value:.3f}" if value is not None else NA
 
 
-def communication_sections(profile: Any) -> list[Section]:
+def communication_sections(profile: Profile) -> list[Section]:
     # (device, op, group) -> [count, ns, bytes, rank size, failed]
     totals: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     iterations: dict[int, set[int]] = defaultdict(set)

@@ -62,13 +62,14 @@ from __future__ import annotations
 from typing import Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, WriterSpec
 from jobprof.plugins.kineto.writer import SPEC
 
 KEY = "kineto_trace"
 
 
-def enabled(config: Any) -> bool:
+def enabled(config: Config | None) -> bool:
     """``config`` None (listing every file) counts as on."""
     return config is None or config.is_on(KEY)
 
@@ -81,12 +82,12 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on(KEY)
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     if not session.config.is_on("task_trace"):
         session.reporter.info("kineto_trace: task_trace is off, so the Kineto-format traces hold "
                               "ProfilerStep, step phases, collectives and markers but no operators "
@@ -94,7 +95,7 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if not enabled(config):
         return []
     return [SPEC]

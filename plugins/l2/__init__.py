@@ -42,15 +42,19 @@ from __future__ import annotations
 
 import os
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.ops import perfcounters
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, Iteration, WriterSpec
 from jobprof.plugins.l2.counting import OpCounter
 from jobprof.plugins.l2.join import CUPTI_METRICS
 from jobprof.plugins.l2.report import l2_sections
 from jobprof.plugins.l2.writer import EVENTS_STREAM, STREAM, render_csv
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 #: diagnostic switch: ``software`` counts task-clock and page-faults instead of cache events
 EVENTS_ENV = "JOBPROF_L2_EVENTS"
@@ -63,12 +67,12 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on("l2")
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     import torch
 
     wanted = os.environ.get(EVENTS_ENV, "")
@@ -119,7 +123,7 @@ def _cuda(torch: Any) -> bool:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any] | None:
     counter = session.attached("l2")
     if counter is None or not counter.active:
         return None
@@ -129,7 +133,7 @@ def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any] | None
 
 
 @hookimpl
-def jobprof_session_end(session: Any) -> None:
+def jobprof_session_end(session: PluginSession) -> None:
     counter = session.attached("l2")
     if counter is None:
         return
@@ -143,7 +147,7 @@ def jobprof_session_end(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if config is not None and not config.is_on("l2"):
         return []
     return [WriterSpec("l2_cache", "csv", render_csv,
@@ -151,5 +155,5 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
+def jobprof_report_sections(profile: Profile) -> list:
     return l2_sections(profile)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.ops.opcapture import EXTRA, KIND
 from jobprof.ops.opcapture import STREAM as OPS_STREAM
@@ -10,8 +10,11 @@ from jobprof.plugin.types import NA, Section
 from jobprof.plugins.l2.join import CACHE_SOURCES, R_VALUES, cupti_hit_rate, hit_rate, ratio_cell
 from jobprof.plugins.l2.writer import STREAM
 
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
-def l2_sections(profile: Any) -> list[Section]:
+
+def l2_sections(profile: Profile) -> list[Section]:
     rows: list[list[Any]] = []
     notes: list[str] = []
     for device in profile.devices:
@@ -43,7 +46,7 @@ def l2_sections(profile: Any) -> list[Section]:
                     key="l2_cache")]
 
 
-def _measure(profile: Any, device: int, source: str) -> tuple[int, str]:
+def _measure(profile: Profile, device: int, source: str) -> tuple[int, str]:
     """(operators or kernels with a value, overall hit rate cell)."""
     measured = accesses = misses = 0
     rates: list[float] = []

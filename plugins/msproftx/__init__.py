@@ -18,14 +18,19 @@ ones are named in a warning (stderr and ``info.json``'s ``jobprof.messages``).
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, ExportContext, Iteration, WriterSpec
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder
 from jobprof.plugins.msproftx.report import marker_sections
 from jobprof.plugins.msproftx.writer import NAME, STREAM, add_tracks, render_csv, render_json
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+    from jobprof.files.timeline import Timeline
 
 INCLUDE, EXCLUDE = "mstx_domain_include", "mstx_domain_exclude"
 #: the session attribute holding the undo functions of the record_function / NVTX wrappers
@@ -52,12 +57,12 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on("msproftx")
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     import torch
 
     config = session.config
@@ -70,14 +75,14 @@ def jobprof_session_start(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
     # built on the core's sink thread (take() selects by end time; threads only append)
     return {STREAM: partial(session.attached(STREAM).take, iteration.index, iteration.start_ns,
                             iteration.end_ns)}
 
 
 @hookimpl
-def jobprof_session_end(session: Any) -> None:
+def jobprof_session_end(session: PluginSession) -> None:
     recorder = session.attached(STREAM)
     if recorder is None:
         return
@@ -89,7 +94,7 @@ def jobprof_session_end(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if config is not None and not config.is_on("msproftx"):
         return []
     return [
@@ -100,10 +105,10 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_tracks(ctx, timeline)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
+def jobprof_report_sections(profile: Profile) -> list:
     return marker_sections(profile)

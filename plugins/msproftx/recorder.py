@@ -324,7 +324,7 @@ class Recorder:
         if done:
             for _ in range(len(done)):  # popleft: threads may append meanwhile
                 record = done.popleft()
-                if type(record) is tuple:  # from span()
+                if isinstance(record, tuple):  # from span(); the others are plain dicts
                     kind, message, domain, start, end, tid = record
                     record = {"k": kind, "m": message, "d": domain, "s": start, "e": end, "t": tid}
                 carry.append(record)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING
 
 from jobprof.plugin.types import Section, TxRecord
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable
 
 
-def marker_sections(profile: Any) -> list[Section]:
+def marker_sections(profile: Profile) -> list[Section]:
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
     marks = 0
     for _, _, record in profile.typed(TxRecord):

@@ -49,17 +49,22 @@ then the ``aic_metrics`` group's columns when one was chosen.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, ExportContext, WriterSpec
 from jobprof.plugins.task_trace.diff import operator_tables
 from jobprof.plugins.task_trace.report import compute_spans, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
 from jobprof.plugins.task_trace.trace import add_to_master, render_task_time_json
 
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+    from jobprof.files.timeline import Timeline
 
-def enabled(config: Any) -> bool:
+
+def enabled(config: Config | None) -> bool:
     """``config`` None (listing every file) counts as on."""
     return config is None or config.is_on("task_trace")
 
@@ -72,17 +77,17 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on("task_trace")
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     session.request_ops(shapes=session.config.level("task_trace") != "l0")
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if not enabled(config):
         return []
     return [
@@ -96,13 +101,13 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     if enabled(ctx.config):
         add_to_master(ctx, timeline)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Any) -> list:
+def jobprof_report_sections(profile: Profile) -> list:
     return top_sections(profile)
 
 
@@ -112,5 +117,5 @@ def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
 
 
 @hookimpl
-def jobprof_diff_tables(profile: Any, device: int) -> list:
+def jobprof_diff_tables(profile: Profile, device: int) -> list:
     return operator_tables(profile, device)

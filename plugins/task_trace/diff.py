@@ -8,10 +8,13 @@ import csv
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.files import rawstore
 from jobprof.plugin.types import DiffCount, DiffTable
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 STATISTIC = "op_statistic"
 
@@ -58,7 +61,7 @@ def _op_statistic(path: Path) -> dict[tuple[str, str], tuple[int, float]]:
     return found
 
 
-def operator_tables(profile: Any, device: int) -> list[DiffTable]:
+def operator_tables(profile: Profile, device: int) -> list[DiffTable]:
     """The device's operator table; always returned (with no files, ``present`` is False), so
     the diff can say that a side has no operator data."""
     groups, files = read_op_statistic(profile.summary_files(device, STATISTIC))

@@ -10,13 +10,16 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.analysis.breakdown import COMPUTE
 from jobprof.ops import optree
 from jobprof.ops.opcapture import DEVICE_KINDS, DUR, KIND, NAME, START, TID
 from jobprof.ops.opcapture import STREAM as OPS_STREAM
 from jobprof.plugin.types import Finding, Section
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
 
 TOP = 15
 #: a finding names the operator types holding this share of compute time ...
@@ -47,7 +50,7 @@ def _groups(paths: list[Path]) -> tuple[dict[tuple[str, str], list[float]], int]
     return groups, files
 
 
-def _concentration(profile: Any, device: int, ranked: list, grand: float) -> Finding | None:
+def _concentration(profile: Profile, device: int, ranked: list, grand: float) -> Finding | None:
     """"80% of task time in 3 operator types": where optimisation effort pays, if few types."""
     compute = [(op, total) for (op, core), (_, total) in ranked if core != "COMMUNICATION"]
     busy = sum(total for _, total in compute)
@@ -70,7 +73,7 @@ def _concentration(profile: Any, device: int, ranked: list, grand: float) -> Fin
                     "type_count": len(compute), "total_ms": busy / 1000}, weight=1)
 
 
-def top_sections(profile: Any) -> list[Section]:
+def top_sections(profile: Profile) -> list[Section]:
     rows, notes, findings = [], [], []
     for device in profile.devices:
         groups, files = _groups(profile.summary_files(device, "op_statistic"))

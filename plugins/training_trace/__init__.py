@@ -8,13 +8,17 @@ CSV and JSON files.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.types import Config, ExportContext, Iteration, WriterSpec
 from jobprof.plugins.training_trace.points import PointCollector
 from jobprof.plugins.training_trace.report import phase_spans
 from jobprof.plugins.training_trace.writer import STREAM, add_to_master, render_csv, render_json
+
+if TYPE_CHECKING:
+    from jobprof.files.timeline import Timeline
 
 
 @hookimpl
@@ -29,25 +33,25 @@ def jobprof_options_schema() -> dict[str, Any]:
 
 
 @hookimpl
-def jobprof_configure(config: Any) -> bool:
+def jobprof_configure(config: Config) -> bool:
     return config.is_on("training_trace")
 
 
 @hookimpl
-def jobprof_session_start(session: Any) -> None:
+def jobprof_session_start(session: PluginSession) -> None:
     collector = PointCollector(session.config.get("fp_point", ""), session.config.get("bp_point", ""))
     session.attach(STREAM, collector)
     session.on_root_module(collector.on_root)
 
 
 @hookimpl
-def jobprof_iteration_end(session: Any, iteration: Any) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
     # built on the core's sink thread: the training thread only creates the partial
     return {STREAM: partial(session.attached(STREAM).take, iteration)}
 
 
 @hookimpl
-def jobprof_session_end(session: Any) -> None:
+def jobprof_session_end(session: PluginSession) -> None:
     collector = session.attached(STREAM)
     collector.remove()
     for note in collector.unmatched():
@@ -55,7 +59,7 @@ def jobprof_session_end(session: Any) -> None:
 
 
 @hookimpl
-def jobprof_writers(config: Any) -> list[WriterSpec]:
+def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     if config is not None and not config.is_on("training_trace"):
         return []
     return [
@@ -66,11 +70,11 @@ def jobprof_writers(config: Any) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_timeline(ctx: Any, timeline: Any) -> None:
+def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     if ctx.records(STREAM) or (ctx.config is not None and ctx.config.is_on("training_trace")):
         add_to_master(ctx, timeline)
 
 
 @hookimpl
-def jobprof_iteration_spans(iteration: Any, streams: Any) -> dict[str, list] | None:
+def jobprof_iteration_spans(iteration: Iteration, streams: Any) -> dict[str, list] | None:
     return phase_spans(iteration, streams)

@@ -14,7 +14,7 @@ import weakref
 from collections import deque
 from typing import Any
 
-from jobprof.plugin.types import StepPointsRecord
+from jobprof.plugin.types import Iteration, StepPointsRecord
 
 _now = time.monotonic_ns
 #: hits remembered while no iteration takes them
@@ -66,7 +66,7 @@ class PointCollector:
         self._bp_hits.append(_now())
 
     # -- per iteration ---------------------------------------------------------------------
-    def take(self, iteration: Any) -> list[dict[str, Any]]:
+    def take(self, iteration: Iteration) -> list[dict[str, Any]]:
         """The iteration's step-trace record (one consumer, iterations in order; the hooks
         only append, so popping what ended by the iteration's end is thread-safe)."""
         lo, hi = iteration.start_ns, iteration.end_ns
