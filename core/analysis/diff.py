@@ -148,11 +148,15 @@ def iteration_table(a: Side, b: Side, scopes: list[int | None]) -> list[dict[str
             sa = _stats([r[key] for r in ra if r[key] is not None])
             sb = _stats([r[key] for r in rb if r[key] is not None])
             ma, mb = (sa or {}).get("median"), (sb or {}).get("median")
+            delta_ms: float | None = None
+            delta_mean_ms: float | None = None
             both = sa is not None and sb is not None
+            if sa is not None and sb is not None:
+                delta_ms, delta_mean_ms = sb["median"] - sa["median"], sb["mean"] - sa["mean"]
             out.append({
                 "rank": scope, "part": part, "a": sa, "b": sb,
-                "delta_ms": mb - ma if both else None, "delta_pct": _pct(ma, mb),
-                "delta_mean_ms": sb["mean"] - sa["mean"] if both else None,
+                "delta_ms": delta_ms, "delta_pct": _pct(ma, mb),
+                "delta_mean_ms": delta_mean_ms,
                 # a part one side cannot measure (no dp, no hccl) is not a change
                 "change": change(ma, mb, ITERATION_MS) if both else "unchanged",
             })
@@ -215,7 +219,9 @@ def _row(head: dict[str, Any], ea: dict[str, Any] | None, eb: dict[str, Any] | N
     verdict = change(ta, tb, OPERATOR_MS)
     # with a per-iteration series (operators): the median iteration must move the same way,
     # since one slow iteration (a page fault, a busy neighbour) shifts the mean alone
-    if verdict in ("slower", "faster") and "median_ms_per_iteration" in ea and \
+    # (slower / faster: both sides have a time, so both entries are there)
+    if verdict in ("slower", "faster") and ea is not None and eb is not None \
+            and "median_ms_per_iteration" in ea and \
             change(ea["median_ms_per_iteration"], eb["median_ms_per_iteration"], OPERATOR_MS) != verdict:
         verdict = "unchanged"
     return {**head, "a": ea, "b": eb,

@@ -200,7 +200,8 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     its master timeline (the last file rendered for an iteration) was not rendered.
     """
     info = profile.info(r["device"])
-    job = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
+    recorded = info.get("jobprof")
+    job: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
     low, high = profile.selection.iterations or (1, OPEN)
     notes = []
     aged = _recorded(job.get("aged"), low, high)

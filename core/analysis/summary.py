@@ -14,7 +14,7 @@ import itertools
 import re
 import statistics
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 
@@ -89,6 +89,13 @@ def _rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> di
     }
 
 
+class _RankTimes(TypedDict):
+    """One iteration present on two or more ranks: each rank's busy and iteration time (ms)."""
+    iteration: int
+    busy_ms: dict[int, float]
+    iteration_ms: dict[int, float]
+
+
 def cross_rank(rows_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any] | None:
     """Per iteration present on two or more ranks: the slowest rank and the spread.
 
@@ -102,13 +109,13 @@ def cross_rank(rows_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any] 
     for rank, rows in rows_by_rank.items():
         for r in rows:
             by_iteration.setdefault(r["iteration"], {})[rank] = r
-    per_iteration = []
+    per_iteration: list[_RankTimes] = []
     measure = "busy"
     for index in sorted(by_iteration):
         here = by_iteration[index]
         if len(here) < 2:
             continue
-        busy = {}
+        busy: dict[int, float] = {}
         for rank, r in here.items():
             comm = r["communication_not_overlapped_ms"]
             if comm is None:
@@ -118,7 +125,7 @@ def cross_rank(rows_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any] 
         per_iteration.append({"iteration": index, "busy_ms": busy, "iteration_ms": times})
     if not per_iteration:
         return None
-    out = []
+    out: list[dict[str, Any]] = []
     slowest: dict[int, int] = dict.fromkeys(sorted(rows_by_rank), 0)
     excess: dict[int, list[float]] = {rank: [] for rank in rows_by_rank}
     for entry in per_iteration:
@@ -134,13 +141,13 @@ def cross_rank(rows_by_rank: dict[int, list[dict[str, Any]]]) -> dict[str, Any] 
                     "max_ms": max(values.values()), "min_ms": min(values.values()), "median_ms": median,
                     "spread_ms": spread, "spread_share": spread / iteration_time if iteration_time else None,
                     "per_rank_ms": {str(r): v for r, v in sorted(values.items())}})
-    index = [e["iteration"] for e in out]
+    compared = [e["iteration"] for e in out]
     return {
         "measure": measure, "iterations_compared": len(out),
         "slowest_count": {str(rank): n for rank, n in slowest.items()},
         "median_excess": {str(rank): statistics.median(v) if v else None for rank, v in excess.items()},
-        "spread_share": describe([e["spread_share"] for e in out], index),
-        "spread_ms": describe([e["spread_ms"] for e in out], index),
+        "spread_share": describe([e["spread_share"] for e in out], compared),
+        "spread_ms": describe([e["spread_ms"] for e in out], compared),
         "per_iteration": out,
     }
 

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
             files.setdefault(name, []).append(f"op_summary columns: aic_metrics={group} "
                                               f"({len(metric_set.columns)} columns)")
     for name in keys.keys() | files.keys():
-        if manager.record(name) is not None and manager.record(name).status == "active":
+        record = manager.record(name)
+        if record is not None and record.status == "active":
             manager.update(name, option_keys=keys.get(name, ()), files=files.get(name, ()))
     records = manager.records()
     if args.json:

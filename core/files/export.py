@@ -78,7 +78,10 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
 
 def read_meta(device_dir: Path) -> DeviceMeta:
     """Load the device's id, pid, clock anchor and recorded options from its metadata."""
-    device_id = int(DEVICE_RE.match(device_dir.name).group(1))
+    named = DEVICE_RE.match(device_dir.name)
+    if named is None:  # device_dirs lists only device_<id> folders; was an AttributeError here
+        raise ValueError(f"{device_dir.name} is not a device_<id> folder")
+    device_id = int(named.group(1))
     # through the readers' checks (rawstore), which name a present but unusable file
     start = rawstore.read_start(device_dir / f"start_info.{device_id}")
     info = rawstore.read_info(device_dir / f"info.json.{device_id}")
@@ -86,6 +89,7 @@ def read_meta(device_dir: Path) -> DeviceMeta:
                 if got is None]
     if unusable:
         raise ValueError(f"{' and '.join(unusable)} missing or unusable")
+    assert start is not None and info is not None  # both read (unusable is empty)
     own = info.get("jobprof", {})
     options = own.get("options")
     config = Config(options, explicit=own.get("explicit", [])) if options else None

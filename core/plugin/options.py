@@ -16,7 +16,7 @@ import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import jsonschema
@@ -443,21 +443,24 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
              options: Mapping[str, Any]) -> list[Problem]:
     path = error.json_path
     key = error.absolute_path[0] if error.absolute_path else None
-    value, has = error.instance, True
+    # a validator's errors always carry these; the stubs' Unset is for hand-built errors only
+    instance: Any = error.instance
+    validator_value: Any = error.validator_value
+    value, has = instance, True
     if error.validator == "additionalProperties":
         known = list(schema["properties"])
         out = []
-        for extra in sorted(set(error.instance) - set(known)):
+        for extra in sorted(set(instance) - set(known)):
             lowered = {k.lower(): k for k in known}
             close = difflib.get_close_matches(extra.lower(), list(lowered), n=1, cutoff=0.6)
             hint = (f"did you mean \"{lowered[close[0]]}\"?" if close
                     else f"known keys: {', '.join(sorted(known))}")
             out.append(Problem(f"$.{extra}", f"unknown option key; {hint}",
-                               error.instance[extra], True))
+                               instance[extra], True))
         return out
     if list(error.relative_schema_path)[:2] == ["dependentSchemas", "instr_profiling_freq"]:
         # the entries of the schema's anyOf that match name the keys that are switched on
-        clash = [entry["required"][0] for entry in error.validator_value["anyOf"]
+        clash = [entry["required"][0] for entry in validator_value["anyOf"]
                  if jsonschema.Draft202012Validator(entry).is_valid(options)]
         return [Problem("$.instr_profiling_freq",
                         f"cannot be combined with {', '.join(clash)} (msprof runs instruction "
@@ -466,30 +469,32 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
     if error.validator in ("anyOf", "oneOf") and error.context:
         message = _alternatives(error, schema, options)
     elif error.validator == "required":
-        missing = [k for k in error.validator_value if k not in error.instance]
+        missing = [k for k in validator_value if k not in instance]
         return [Problem(f"{path}.{k}", "is required here") for k in missing]
     elif error.validator == "type":
-        message = _type_message(error.validator_value, error.instance)
+        message = _type_message(validator_value, instance)
     elif error.validator == "enum":
-        message = _enum_message(error.validator_value)
+        message = _enum_message(validator_value)
     elif error.validator == "const":
-        message = f"must be {json.dumps(error.validator_value)}"
+        message = f"must be {json.dumps(validator_value)}"
     elif ((error.validator == "pattern" and str(key) in _HINTS)
           or (error.validator == "not" and key == "output")):  # output forbids characters
         message = _HINTS[str(key)]
     elif error.validator == "pattern":
-        message = f"must match the pattern {error.validator_value}"
+        message = f"must match the pattern {validator_value}"
     elif (error.validator == "not" and not error.absolute_path and isinstance(error.schema, Mapping)
           and "description" in error.schema):  # a cross-key rule of a plugin, in its own words
         return [Problem("$", error.schema["description"])]
     elif error.validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
-        message = _range_message(schema["properties"].get(key), error.schema)
+        # a range keyword's schema is a mapping (a boolean schema has no keywords to fail)
+        message = _range_message(schema["properties"].get(key),
+                                 cast("Mapping[str, Any]", error.schema))
     elif error.validator == "maxLength":
-        message = (f"must be at most {error.validator_value} characters long "
-                   f"(this is {len(error.instance)})")
+        message = (f"must be at most {validator_value} characters long "
+                   f"(this is {len(instance)})")
     elif error.validator == "minLength":
-        message = ("must not be empty" if error.validator_value == 1
-                   else f"must be at least {error.validator_value} characters long")
+        message = ("must not be empty" if validator_value == 1
+                   else f"must be at least {validator_value} characters long")
     else:
         message = error.message
     return [Problem(path, message, value, has)]
@@ -505,7 +510,8 @@ def _alternatives(error: jsonschema.ValidationError, schema: Mapping[str, Any],
         if sub.validator == "type":
             wanted.append(_type_words(sub.validator_value))
         elif sub.validator in ("enum", "const"):
-            values = sub.validator_value if sub.validator == "enum" else [sub.validator_value]
+            allowed: Any = sub.validator_value  # set on a validator's errors (Unset: hand-built)
+            values = allowed if sub.validator == "enum" else [allowed]
             wanted.append(" or ".join(json.dumps(v) for v in values))
         else:
             message = _explain(sub, schema, options)[0].message
@@ -516,7 +522,7 @@ def _alternatives(error: jsonschema.ValidationError, schema: Mapping[str, Any],
 
 
 def _type_words(kind: Any) -> str:
-    kinds = kind if isinstance(kind, list) else [kind]
+    kinds: list[str] = kind if isinstance(kind, list) else [kind]
     words = {"string": "a string", "integer": "an integer", "object": "an object",
              "boolean": "true or false", "number": "a number", "array": "an array",
              "null": "null"}

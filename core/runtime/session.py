@@ -170,15 +170,16 @@ class Session:
             cuda = bool(torch.cuda.is_available())
         except Exception:
             cuda = False
+        assert self._ops_detail is not None  # called only when some plugin asked for operators
         detail = attrs.evolve(self._ops_detail, cuda=cuda)
         try:
-            self.ops = OpCapture(torch, detail, self.reporter.warning)
+            ops = self.ops = OpCapture(torch, detail, self.reporter.warning)
         except Exception as exc:  # a torch without the profiler API we use
             self.reporter.warning(f"operator capture unavailable on torch {torch.__version__}: {exc!r}")
             return
         # started at the first root forward: DataLoader workers never run one, and nothing
-        # before it belongs to an iteration
-        self.on_root_module(lambda module: self.ops.start(), "operator capture start")
+        # before it belongs to an iteration (self.ops is never replaced once set)
+        self.on_root_module(lambda module: ops.start(), "operator capture start")
 
     def explicit_step(self) -> None:
         if self.detector is not None and self.state == "collecting":
@@ -209,6 +210,7 @@ class Session:
             # them on the sink thread}, streams owned
             for _, result in self.manager.iteration_end(self, iteration):
                 streams.update(result)
+            assert self.sink is not None  # set by _go_live above, never unset
             self.sink.submit(iteration.index, streams, self.manager.active_set())
             self.record_own(entered, time.monotonic_ns())
         except Exception as exc:
@@ -321,6 +323,7 @@ class Session:
     def _metadata(self) -> dict[str, Any]:
         import torch
 
+        assert self.device_id is not None  # claimed (in _go_live) before metadata is written
         cuda = self.device_source == "cuda current device"
         device = {"id": self.device_id, "type": "CUDA" if cuda else "CPU"}
         if cuda:
@@ -347,6 +350,7 @@ class Session:
 
     def _write_metadata(self, end_reason: str | None) -> None:
         device_dir, dev = self.device_dir, self.device_id
+        assert device_dir is not None  # claimed (in _go_live) before metadata is written
         info = self._metadata()
         if end_reason is None:
             write_with_done(device_dir / f"start_info.{dev}", json.dumps(self.anchor.info("Begin")))
