@@ -335,7 +335,8 @@ def test_domain_exclude(variants: dict[str, Run]) -> None:
 
 
 def test_include_and_exclude_together_is_an_options_error(runner: Runner) -> None:
-    probe = "from jobprof import mstx\nfrom jobprof.runtime import _state\nprint(_state.SESSION is not None, mstx.range_start('x'))\n"
+    probe = ("from jobprof import mstx\nfrom jobprof.runtime import _state\n"
+             "print(_state.SESSION is not None, mstx.range_start('x'))\n")
     proc = runner.run(probe, {"msproftx": "on", "mstx_domain_include": "io",
                               "mstx_domain_exclude": "default"})
     assert proc.stdout == "False 0\n"
