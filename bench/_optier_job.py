@@ -2,6 +2,7 @@
 0 DataLoader workers, optionally wrapped in ``torch.profiler`` at jobprof's task_trace detail.
 
     python bench/_optier_job.py --steps 150 --timings t.json [--torch-profiler DIR] [--tiny]
+                                [--model mlp|lm|conv]
 
 * The model, data, optimizer and ``record_function`` phases are the example's (its
   ``Synthetic`` dataset is imported from it).  The data set holds a fixed number of batches
@@ -12,6 +13,11 @@
   step written to DIR by ``on_trace_ready``; ``prof.step()`` ends each step and is part of
   its time (that is where torch.profiler cuts and exports).  ``--with-flops`` adds its FLOP
   estimates (the counterpart of a jobprof metric group).
+* ``--model``: ``mlp`` (the example's), ``lm`` (a 2-layer transformer language model, d=128,
+  AdamW: ~570 top-level operators per step, many small views) or ``conv`` (a small conv net on
+  32x32 images, SGD with momentum).  Under torchrun (``WORLD_SIZE`` > 1) the model is wrapped in
+  DistributedDataParallel over gloo, each rank writes ``--timings`` with ``.rank<r>`` appended
+  and ``--torch-profiler`` traces under ``DIR/rank<r>``.
 * Per-step wall times go to ``--timings`` as JSON; the training phase's peak RSS (KiB, from
   ``getrusage``) is printed as ``OPTIER_RSS_KB <n> blocks <b> gc_objects <o>`` when the loop
   ends (with Python's allocated blocks and the objects the GC tracks).
@@ -24,10 +30,12 @@ import contextlib
 import gc
 import itertools
 import json
+import os
 import resource
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -49,6 +57,78 @@ def _profiler(trace_dir: Path, flops: bool) -> torch.profiler.profile:
         schedule=torch.profiler.schedule(wait=0, warmup=0, active=1), on_trace_ready=ready)
 
 
+class LM(nn.Module):
+    """A small causal transformer language model (the shape of the issue's measurements)."""
+
+    def __init__(self, vocab: int = 1000, d: int = 128, layers: int = 2, heads: int = 4, seq: int = 64):
+        super().__init__()
+        self.vocab = vocab
+        self.emb = nn.Embedding(vocab, d)
+        self.pos = nn.Parameter(torch.zeros(seq, d))
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True)
+        self.enc = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, vocab)
+        self.register_buffer("mask", torch.triu(torch.full((seq, seq), float("-inf")), 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x) + self.pos
+        return self.head(self.enc(h, mask=self.mask, is_causal=True)).reshape(-1, self.vocab)
+
+
+class Tokens(torch.utils.data.Dataset):
+    def __init__(self, n: int, seq: int = 64, vocab: int = 1000) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randint(0, vocab, (n, seq), generator=g)
+        self.y = torch.randint(0, vocab, (n, seq), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def _flat_targets(batch: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = torch.utils.data.default_collate(batch)
+    return x, y.reshape(-1)  # the LM's logits are (batch * seq, vocab)
+
+
+class Images(torch.utils.data.Dataset):
+    def __init__(self, n: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, 32, 32, generator=g)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        return self.x[i], self.y[i]
+
+
+def _conv() -> nn.Module:
+    def block(a: int, b: int) -> list[nn.Module]:
+        return [nn.Conv2d(a, b, 3, padding=1), nn.BatchNorm2d(b), nn.ReLU(), nn.MaxPool2d(2)]
+
+    return nn.Sequential(*block(3, 16), *block(16, 32), *block(32, 32), nn.Flatten(), nn.Linear(32 * 16, 10))
+
+
+def _workload(name: str, tiny: bool, batches: int) -> tuple[Any, nn.Module, Any, Any]:
+    """(data set, model, optimizer factory, loss) of one workload."""
+    if name == "lm":
+        return Tokens(batches * 8), LM(), lambda p: torch.optim.AdamW(p, lr=1e-3), nn.CrossEntropyLoss()
+    if name == "conv":
+        return Images(batches * 16), _conv(), lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9), \
+            nn.CrossEntropyLoss()
+    batch, features, hidden = (8, 16, 32) if tiny else (64, 128, 512)
+    model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                          nn.Linear(hidden, 1))
+    return Synthetic(batches * batch, features), model, lambda p: torch.optim.Adam(p, lr=1e-3), nn.MSELoss()
+
+
+BATCH = {"lm": 8, "conv": 16}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=150)
@@ -57,20 +137,27 @@ def main() -> None:
     parser.add_argument("--timings", help="write per-step wall times (s) as JSON here")
     parser.add_argument("--torch-profiler", metavar="DIR", help="profile with torch.profiler into DIR")
     parser.add_argument("--with-flops", action="store_true", help="torch.profiler's FLOP estimates too")
+    parser.add_argument("--model", choices=["mlp", "lm", "conv"], default="mlp")
     args = parser.parse_args()
-    batch, features, hidden = (8, 16, 32) if args.tiny else (64, 128, 512)
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    loader = DataLoader(Synthetic(args.batches * batch, features), batch_size=batch, shuffle=True,
-                        num_workers=0)
-    model = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                          nn.Linear(hidden, 1))
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = nn.MSELoss()
+    data, model, make_optimizer, loss_fn = _workload(args.model, args.tiny, args.batches)
+    batch = BATCH.get(args.model, 8 if args.tiny else 64)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+        model = nn.parallel.DistributedDataParallel(model)
+    loader = DataLoader(data, batch_size=batch, shuffle=True, num_workers=0,
+                        collate_fn=_flat_targets if args.model == "lm" else None)
+    optimizer = make_optimizer(model.parameters())
     record = torch.profiler.record_function
 
-    prof = _profiler(Path(args.torch_profiler), args.with_flops) if args.torch_profiler else None
+    trace_dir = Path(args.torch_profiler) / f"rank{rank}" if args.torch_profiler and world > 1 \
+        else Path(args.torch_profiler) if args.torch_profiler else None
+    prof = _profiler(trace_dir, args.with_flops) if trace_dir is not None else None
     times: list[float] = []
     with prof if prof is not None else contextlib.nullcontext():
         last = time.perf_counter()
@@ -95,7 +182,11 @@ def main() -> None:
     print(f"OPTIER_RSS_KB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss} "
           f"blocks {sys.getallocatedblocks()} gc_objects {len(gc.get_objects())}", flush=True)
     if args.timings:
-        Path(args.timings).write_text(json.dumps(times))
+        Path(args.timings + (f".rank{rank}" if world > 1 else "")).write_text(json.dumps(times))
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
     python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx|ddp|hccl-cost|optier|
-                                          optier-memory|export|analysis] [--json out.json]
+                                          optier-memory|optier-vs-torch|export|analysis] [--json out.json]
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -29,6 +29,7 @@ import export_rate
 import hotpath
 import mstx
 import optier
+import optier_vs_torch
 import startup  # bench/ is sys.path[0] when run as a script
 import steps
 from tabulate import tabulate
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
     parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp",
-                                           "hccl-cost", "optier", "optier-memory", "export", "analysis"],
+                                           "hccl-cost", "optier", "optier-memory", "optier-vs-torch",
+                                           "export", "analysis"],
                         help="run one benchmark (optier-memory: full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
@@ -88,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optier-repeats", type=int, help="optier rounds of 4 arms (default 7, quick 2)")
     parser.add_argument("--optier-steps", type=int, help=f"steps per optier run (default {optier.STEPS}, "
                         "quick 50)")
+    parser.add_argument("--ovt-rounds", type=int, help="optier-vs-torch rounds of 5 arms per workload "
+                                                       "(default 3, quick 1)")
+    parser.add_argument("--ovt-steps", type=int, help="optier-vs-torch steps per run (default 60, quick 30)")
     parser.add_argument("--optier-metrics", action="store_true",
                         help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
                         "with_flops (needs a plugin answering that group)")
@@ -173,6 +178,15 @@ def main(argv: list[str] | None = None) -> int:
             report["optier"] = result
             table += optier.rows(result)
             notes += optier.notes(result)
+        if args.only in (None, "optier-vs-torch"):
+            with measured() as result:
+                quick = args.quick
+                result.update(optier_vs_torch.run(args.ovt_rounds or (1 if quick else 3),
+                                                  args.ovt_steps or (30 if quick else 60),
+                                                  ("lm",) if quick else optier_vs_torch.WORKLOADS))
+            report["optier-vs-torch"] = result
+            table += optier_vs_torch.rows(result)
+            notes += optier_vs_torch.notes(result)
         if args.only == "optier-memory" or (args.only is None and not args.quick):  # heavy: minutes
             with measured() as result:
                 result.update(optier.run_memory())

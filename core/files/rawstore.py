@@ -24,8 +24,8 @@ from typing import Any
 
 import attrs
 
-from jobprof.files import fsio
-from jobprof.plugin.types import ITERATION_STREAM, PROFILER_STREAM
+from jobprof.files import fsio, kinetotrace
+from jobprof.plugin.types import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
 
 # ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.types ("core streams") and
 # kept importable from here.  PROFILER_STREAM: jobprof's own work inside the iteration, in the
@@ -319,6 +319,26 @@ class _FileProblems:
             problem(f"{self.path}: {self.count} {what} ({'; '.join(self.first)}{more})")
 
 
+def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, where: str,
+                 problems: _FileProblems | None) -> None:
+    """Replace the ``ops`` stream's window references by the records they hold (in place); a
+    window file that cannot be read loses that iteration's operators, named."""
+    refs = streams.get(OPS_STREAM)
+    if refs is None or not kinetotrace.is_reference(refs):
+        return
+    iteration = streams[ITERATION_STREAM][0]
+    try:
+        streams[OPS_STREAM] = windows.resolve(refs, iteration["start_ns"], iteration["end_ns"])
+    except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:  # gzip, json, a bad file
+        del streams[OPS_STREAM]
+        text = (f"operator window unreadable ({type(exc).__name__}: {str(exc)[:80]}): its operators "
+                "are left out")
+        if problems is not None:
+            problems.add(where, text)
+        else:
+            problem(f"{windows.data_dir}: {where}: {text}")
+
+
 def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
     """Every complete iteration on disk, in order: ``(index, {stream: records})``.
 
@@ -327,6 +347,7 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
     what a crash leaves), and so are bad records inside a good line; each segment's problems
     are reported once (:func:`reporting`).
     """
+    windows: kinetotrace.Windows | None = None
     for segment in segments(device_dir):
         bad, trimmed = _FileProblems(segment), _FileProblems(segment)
         try:
@@ -347,6 +368,9 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
                     continue
                 if note:
                     trimmed.add(f"line {number}", note)
+                if OPS_STREAM in parsed[1]:
+                    windows = windows or kinetotrace.Windows(segment.parent)
+                    _resolve_ops(parsed[1], windows, f"line {number}", trimmed)
                 yield parsed
         bad.report("line(s) left out, not iteration lines")
         trimmed.report("line(s) with records left out")
@@ -452,9 +476,17 @@ def indices(device_dir: Path) -> set[int]:
     return found
 
 
-def read_at(where: Written) -> dict[str, list[Any]] | None:
-    """One iteration's streams, from the position :meth:`RawWriter.append` returned."""
+def read_at(where: Written, windows: kinetotrace.Windows | None = None) -> dict[str, list[Any]] | None:
+    """One iteration's streams, from the position :meth:`RawWriter.append` returned;
+    ``windows``: the caller's reader of operator windows (kept across calls: consecutive
+    iterations share windows)."""
     with open(where.segment, "rb") as handle:
         handle.seek(where.offset)
         parsed = _parse(handle.read(where.length))
-    return parsed[1] if parsed else None
+    if parsed is None:
+        return None
+    if OPS_STREAM in parsed[1]:
+        if windows is None or windows.data_dir != where.segment.parent:
+            windows = kinetotrace.Windows(where.segment.parent)
+        _resolve_ops(parsed[1], windows, f"iteration {parsed[0]}", None)
+    return parsed[1]

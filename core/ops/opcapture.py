@@ -8,10 +8,14 @@ How it stays cheap and bounded:
 
 * Kineto records operators in C++ (RecordFunction callbacks); nothing of ours runs per op.
 * At each iteration end the training thread only swaps profiler sessions (disable, enable):
-  the same cycle ``torch.profiler`` pays per ``schedule`` step, but without its Chrome-trace
-  export.  The finished window goes to the sink thread, which reads the events (the only
-  Python-per-op work) while the model computes; the window is then freed, so the process
-  holds the raw data of about one iteration.
+  the same cycle ``torch.profiler`` pays per ``schedule`` step.  Kineto is told to skip the
+  Python-facing event list it would build at each disable (``trace_only``, where torch has it:
+  ~40% of the disable's cost).  The finished window goes to the sink thread, which has Kineto
+  write it as its own Chrome trace (C++, no Python per event; :meth:`take_windows`, files and
+  references by ``jobprof.files.kinetotrace``); the records are built when the iteration is
+  read.  The window is then freed, so the process holds the raw data of about one iteration.
+  A capture that needs Kineto's FLOP estimate or CUDA fields (not in the trace file) reads the
+  events in Python instead (:meth:`take`), as before.
 * Capture starts at the first root-module forward, not at ``import torch``: a DataLoader
   worker never runs one, and nothing before the first forward belongs to an iteration.
 
@@ -37,15 +41,27 @@ from typing import Any
 
 import attrs
 
-from jobprof.plugin.types import OPS_STREAM
+# the record layout is the core's declaration (jobprof.plugin.types, "core streams")
+from jobprof.plugin.types import (  # noqa: F401  (re-exported: plugins import them from here)
+    CORR,
+    DEVICE,
+    DEVICE_KINDS,
+    DTYPES,
+    DUR,
+    EXTRA,
+    FLOPS,
+    KIND,
+    LINK,
+    NAME,
+    OPS_STREAM,
+    SHAPES,
+    START,
+    STRIDES,
+    TID,
+)
 
-#: the core's stream of operator records (one JSON list per event, fields below); declared in
-#: jobprof.plugin.types ("core streams")
+#: the core's stream of operator records (one JSON list per event, fields above)
 STREAM = OPS_STREAM
-# fields of one op record
-NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
-#: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)
-DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 #: how many finished windows may wait for the sink thread before the oldest is dropped (the
 #: sink takes them at least every 0.1 s; a starved one falls this far behind only under heavy
 #: load); a drop is reported at exit
@@ -104,6 +120,37 @@ class _OpenBlocks:
             self.cls.__exit__ = self._exit
 
 
+#: slack around a window's [first, last] when matching it to iterations: Kineto's wall clock is
+#: mapped to the monotonic one with an offset taken at each cut (a reference too many costs a
+#: lookup; one too few would lose operators)
+WINDOW_MARGIN_NS = 1_000_000
+
+
+@attrs.define
+class SavedWindow:
+    """A finished window, written to its file by the sink thread."""
+
+    name: str
+    offset_ns: int
+    size: int
+    first_ns: int
+    last_ns: int
+    referenced: bool = False
+
+
+@attrs.frozen
+class WindowRef:
+    """What an iteration's ``ops`` stream says about one window it overlaps
+    (``jobprof.files.kinetotrace.reference`` makes the raw record of it)."""
+
+    name: str
+    offset_ns: int
+    size: int
+    first: bool
+    shapes: bool
+    clip_ns: int | None
+
+
 class OpCapture:
     """One process's Kineto capture, cut at iteration ends (training thread) and read per
     iteration (sink thread)."""
@@ -121,8 +168,17 @@ class OpCapture:
         self._autograd = torch.autograd
         self._ops = torch.ops.profiler
         metrics = list(detail.cupti_metrics) if detail.cuda else []
-        experimental = _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True) \
-            if metrics else _ExperimentalConfig()
+        #: windows go to Kineto's own trace files (take_windows), not through Python per event
+        self.to_files = not (detail.flops or detail.cuda)
+        if metrics:
+            experimental = _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True)
+        elif self.to_files:
+            try:  # torch >= 2.9: no KinetoEvent list built at each disable (save() still works)
+                experimental = _ExperimentalConfig(trace_only=True)
+            except TypeError:
+                experimental = _ExperimentalConfig()
+        else:
+            experimental = _ExperimentalConfig()
         self._config = ProfilerConfig(ProfilerState.KINETO, detail.shapes, False, False, detail.flops,
                                       False, experimental)
         self._activities = {ProfilerActivity.CPU}
@@ -137,10 +193,14 @@ class OpCapture:
         self._blocks: _OpenBlocks | None = _OpenBlocks(torch.autograd.profiler.record_function)
         self._pid = os.getpid()
         self._cut_ns = 0
+        self._window_ns = 0  # when the open window began (monotonic ns)
         #: when the capture started, until the first take(): see take()
         self._started_ns: int | None = None
-        #: finished windows: (Kineto result, wall-minus-monotonic offset in ns)
-        self._windows: deque[tuple[Any, int]] = deque()
+        #: finished windows: (Kineto result, wall-minus-monotonic offset in ns, first ns, last ns)
+        self._windows: deque[tuple[Any, int, int, int]] = deque()
+        #: windows written to files and still needed by a later iteration
+        self._saved: deque[SavedWindow] = deque()
+        self._numbered = 0
         #: converted records not yet handed over, in start order
         self._records: deque[list[Any]] = deque()
         self.dropped_windows = 0
@@ -159,6 +219,7 @@ class OpCapture:
                                "operator capture stays off (the other plugins carry on)")
                     return
                 self._install_yield()
+                self._window_ns = time.monotonic_ns()
                 self._enable()
                 # blocks the program opened before the capture started (a loop-wide block)
                 # are recorded from here on, like the ones carried across a cut
@@ -291,12 +352,13 @@ class OpCapture:
         offset = time.time_ns() - time.monotonic_ns()
         result = self._autograd._disable_profiler()
         self._cut_ns = time.monotonic_ns()
+        began, self._window_ns = self._window_ns, self._cut_ns
         self._enable()
         self._reopen(blocks)  # ... and continue them in the new one
         if len(self._windows) >= MAX_WINDOWS:
             self._windows.popleft()
             self.dropped_windows += 1
-        self._windows.append((result, offset))
+        self._windows.append((result, offset, began, self._cut_ns))
 
     def _shut(self) -> None:
         """Disable Kineto if this process enabled it; remove the wrappers (lock held)."""
@@ -327,7 +389,7 @@ class OpCapture:
             gc.disable()
             try:
                 while self._windows:
-                    result, offset = self._windows.popleft()
+                    result, offset, _, _ = self._windows.popleft()
                     self._records.extend(self._convert(result, offset))
             finally:
                 if collecting:
@@ -351,6 +413,36 @@ class OpCapture:
         while records and records[0][START] < end_ns:
             taken.append(records.popleft())
         return taken
+
+    def take_windows(self, start_ns: int, end_ns: int, save: Callable[[Any, int], tuple[str, int]],
+                     forget: Callable[[str], None]) -> list[WindowRef]:
+        """The windows holding operators that started in ``[start_ns, end_ns)``, saved first.
+
+        ``save(result, number)`` writes one finished window (Kineto's own trace) and returns its
+        file name and size.  Called in iteration order; a window no later iteration can need is
+        dropped, and ``forget(name)`` deletes its file when no iteration referred to it.
+        """
+        while self._windows:
+            result, offset, began, ended = self._windows.popleft()
+            self._numbered += 1
+            name, size = save(result, self._numbered)
+            del result  # freed here, not when the deque slot is reused
+            self._saved.append(SavedWindow(name, offset, size, began, ended))
+        started, self._started_ns = self._started_ns, None
+        saved = self._saved
+        while saved and saved[0].last_ns + WINDOW_MARGIN_NS <= start_ns:
+            gone = saved.popleft()
+            if not gone.referenced:
+                self.outside += 1
+                forget(gone.name)
+        refs = []
+        for window in saved:
+            if window.first_ns - WINDOW_MARGIN_NS >= end_ns:
+                break
+            refs.append(WindowRef(window.name, window.offset_ns, window.size, not window.referenced,
+                                  self.detail.shapes, started))
+            window.referenced = True
+        return refs
 
     def _convert(self, result: Any, offset: int) -> list[list[Any]]:
         """Kineto events -> records: only the accessors the requested detail needs (each is a

@@ -35,8 +35,13 @@ STEP_MODE_MODEL_ID = 4294967295
 ITERATION_STREAM = "iteration"
 #: jobprof's own work inside the iteration, ``[[start_ns, end_ns], ...]``
 PROFILER_STREAM = "profiler"
-#: the operator capture's tasks (``jobprof.ops.opcapture``)
+#: the operator capture's tasks (``jobprof.ops.opcapture``): one JSON array per event, its fields
+#: at the indices below.  In the job the stream holds references to the Kineto trace files the
+#: capture wrote (``jobprof.files.kinetotrace``); readers get the arrays, resolved on reading.
 OPS_STREAM = "ops"
+NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
+#: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)
+DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 
 
 def _freeze(mapping: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from jobprof import __version__
-from jobprof.files import export, profdir
+from jobprof.files import export, kinetotrace, profdir
 from jobprof.files.fsio import write_with_done
 from jobprof.files.rawstore import ITERATION_STREAM, PROFILER_STREAM
 from jobprof.ops.opcapture import STREAM as OPS_STREAM
@@ -181,6 +181,17 @@ class Session:
         # before it belongs to an iteration (self.ops is never replaced once set)
         self.on_root_module(lambda module: ops.start(), "operator capture start")
 
+    def _ops_windows(self, start_ns: int, end_ns: int) -> list[dict[str, Any]]:
+        """The ``ops`` stream of one iteration as references to Kineto's window files (sink
+        thread; see jobprof.files.kinetotrace)."""
+        assert self.ops is not None and self.device_dir is not None  # only while capturing, live
+        folder = self.device_dir
+        refs = self.ops.take_windows(start_ns, end_ns,
+                                     lambda result, number: kinetotrace.save_window(result, number, folder),
+                                     lambda name: kinetotrace.forget_window(name, folder))
+        return [kinetotrace.reference(r.name, r.offset_ns, r.size, r.first, r.shapes, r.clip_ns)
+                for r in refs]
+
     def explicit_step(self) -> None:
         if self.detector is not None and self.state == "collecting":
             self.detector.explicit()
@@ -205,7 +216,8 @@ class Session:
             ops = self.ops
             if ops is not None and ops.state == "capturing":
                 ops.cut(iteration.end_ns)
-                streams[OPS_STREAM] = partial(ops.take, iteration.start_ns, iteration.end_ns)
+                take = self._ops_windows if ops.to_files else ops.take
+                streams[OPS_STREAM] = partial(take, iteration.start_ns, iteration.end_ns)
             # results arrive checked by the manager: {stream: [records] or a callable building
             # them on the sink thread}, streams owned
             for _, result in self.manager.iteration_end(self, iteration):

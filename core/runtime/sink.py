@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.analysis.selection import ranges
-from jobprof.files import export, rawstore
-from jobprof.plugin.types import WriterSpec
+from jobprof.files import export, kinetotrace, rawstore
+from jobprof.plugin.types import OPS_STREAM, WriterSpec
 from jobprof.runtime.storage import StorageBudget
 
 #: how often queued iterations are written to the raw segments (the SIGKILL window)
@@ -56,6 +56,8 @@ class Sink:
         self._on_plugin_error, self._on_fatal, self._stream_owner = on_plugin_error, on_fatal, stream_owner
         self._plugin_alive = plugin_alive
         self._raw = rawstore.RawWriter(device_dir)
+        #: the exporter's reader of operator windows (consecutive iterations share them)
+        self._windows = kinetotrace.Windows(device_dir / "data")
         self._unit = 0
         self._queued: deque[tuple[int, Mapping[str, list[Any]], frozenset[str]]] = deque()
         self._todo: deque[tuple[int, int, rawstore.Written, frozenset[str]]] = deque()
@@ -170,10 +172,13 @@ class Sink:
             self._resolve(index, streams)
         try:
             placed = self._raw.append_many([(i, s) for i, s, _ in batch], self._bad_stream)
-            for (index, _, active), where in zip(batch, placed, strict=True):
+            for (index, streams, active), where in zip(batch, placed, strict=True):
                 if where.new_segment:
                     self._unit = index
                 self.budget.account(self._unit, where.segment, where.offset + where.length)
+                # operator windows (Kineto's files) age with the first iteration naming them
+                for path, size in kinetotrace.new_files(where.segment.parent, streams.get(OPS_STREAM) or ()):
+                    self.budget.account(self._unit, path, size)
                 self._todo.append((index, self._unit, where, active))
             self.budget.enforce()
             self.written += len(batch)
@@ -203,7 +208,7 @@ class Sink:
         if not self.budget.alive(unit):
             return  # aged away before it was rendered
         try:
-            streams = rawstore.read_at(where)
+            streams = rawstore.read_at(where, self._windows)
             if streams is None:
                 return
             writers = [(p, spec) for p, spec in self.writers

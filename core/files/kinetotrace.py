@@ -1,0 +1,173 @@
+"""The operator capture's windows as Kineto writes them, and their reading back as ``ops`` records.
+
+Why: turning Kineto's events into records in the job costs an accessor call per field, about
+10 us of Python per event, on the sink thread, where it competes with the training thread for
+the GIL and the CPU (measured: small operators looked several times longer than torch.profiler
+shows them).  Instead the sink thread has Kineto write each finished window itself
+(``_ProfilerResult.save``: its Chrome trace, in C++, ~3 us per event) and compresses it (zlib
+releases the GIL while it works); the records are built when an iteration is read -- by the
+exporter, ``jobprof export``, ``jobprof summary`` -- from the file, with ``json`` in C.
+
+On disk: ``data/kineto/window.<n>.json.gz``, one per window (the span between two cuts, about
+one iteration).  The iteration's raw ``ops`` stream holds one reference per window it overlaps
+(:func:`reference`); :func:`resolve` turns those into the records of the operators that started
+inside the iteration, exactly as the in-memory path (``OpCapture.take``) cuts them.  A profile
+written before this change holds the records inline, and is read as it is.
+
+Fields: the Chrome trace has everything the CPU tiers record (name, start, duration, thread,
+activity type, input dims / types / strides) but not Kineto's FLOP estimate nor the CUDA
+fields; a capture that needs those converts in memory as before
+(:meth:`jobprof.ops.opcapture.OpCapture.take`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jobprof.files import fsio
+from jobprof.plugin.types import DUR, START
+
+#: the folder of window files, inside a device's ``data/``
+FOLDER = "kineto"
+#: the key that tells a reference from an inline record (records are arrays)
+KEY = "kineto"
+
+
+def window_name(number: int) -> str:
+    return f"window.{number:08d}.json.gz"
+
+
+def save_window(result: Any, number: int, device_dir: Path) -> tuple[str, int]:
+    """Have Kineto write one finished window (``_ProfilerResult.save``) and store it compressed
+    as ``data/kineto/window.<number>.json.gz``; returns (file name, bytes).  Sink thread.
+
+    Kineto writes into a file jobprof created itself (``O_EXCL|O_NOFOLLOW``) inside its own
+    folder, so it never writes through a planted link; the compressed file is written
+    atomically.  zlib releases the GIL while it compresses.
+    """
+    folder = device_dir / "data" / FOLDER
+    root = device_dir.parent
+    fsio.make_dirs(folder, root=root)
+    name = window_name(number)
+    scratch = folder / f".{name}.{os.getpid()}.json"
+    with fsio.create(scratch, root=root, binary=True):
+        pass
+    try:
+        result.save(str(scratch))
+        data = gzip.compress(scratch.read_bytes(), compresslevel=1, mtime=0)
+    finally:
+        scratch.unlink(missing_ok=True)
+    return name, fsio.atomic_write(folder / name, data, root=root)
+
+
+def forget_window(name: str, device_dir: Path) -> None:
+    """Delete a window file no iteration refers to (operators before the first iteration)."""
+    (device_dir / "data" / FOLDER / name).unlink(missing_ok=True)
+
+
+def reference(name: str, offset_ns: int, size: int, first: bool, shapes: bool,
+              clip_ns: int | None = None) -> dict[str, Any]:
+    """The ``ops`` record that points an iteration at a window file.
+
+    ``offset_ns``: wall minus monotonic clock at the window's cut (Kineto stamps the wall
+    clock); ``size``: the file's bytes; ``first``: this is the window's first reference (its
+    bytes count toward the storage budget once); ``shapes``: the capture recorded input shapes
+    (an operator without inputs then has empty lists, not None); ``clip_ns``: set on the very
+    first iteration:
+    operators that started after the capture began (``clip_ns``) but before the iteration, and
+    run into it, are the iteration's from its start on.
+    """
+    ref = {KEY: name, "offset_ns": offset_ns, "bytes": size, "first": first, "shapes": shapes}
+    if clip_ns is not None:
+        ref["clip_ns"] = clip_ns
+    return ref
+
+
+def is_reference(records: Any) -> bool:
+    return isinstance(records, list) and bool(records) and isinstance(records[0], dict) and KEY in records[0]
+
+
+def new_files(data_dir: Path, records: Iterable[Any]) -> list[tuple[Path, int]]:
+    """The window files an iteration's references bring first: (path, bytes)."""
+    return [(data_dir / FOLDER / r[KEY], int(r.get("bytes", 0))) for r in records
+            if isinstance(r, dict) and r.get("first")]
+
+
+def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[list[Any]]:
+    """Kineto's Chrome trace of one window as ``ops`` records (monotonic ns), in start order.
+
+    The order is the in-memory path's: by start, ties in Kineto's own event order (``Ev Idx``).
+    Timestamps are the trace's microseconds with three decimals, so within 1 ns of Kineto's.
+    """
+    base = int(trace.get("baseTimeNanoseconds") or 0) - offset_ns
+    out: list[tuple[int, int, list[Any]]] = []
+    for e in trace.get("traceEvents") or ():
+        if e.get("ph") != "X":
+            continue
+        kind = e.get("cat")
+        if kind == "Trace":  # the window's own span, not an event of the program
+            continue
+        args = e.get("args") or {}
+        start = base + round(e["ts"] * 1000)
+        record = [e.get("name", ""), start, round(e.get("dur", 0) * 1000), e.get("tid", 0), kind, -1, 0, 0,
+                  None, None, None, 0, None]
+        if shapes:
+            record[8] = args.get("Input Dims", [])
+            record[9] = args.get("Input type", [])
+            record[10] = args.get("Input Strides", [])
+        out.append((start, args.get("Ev Idx", 0), record))
+    out.sort(key=lambda item: (item[0], item[1]))
+    return [item[2] for item in out]
+
+
+class Windows:
+    """Reads window files, keeping the last few (consecutive iterations share windows)."""
+
+    KEEP = 4
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self._cache: dict[str, list[list[Any]]] = {}
+
+    def load(self, name: str, offset_ns: int, shapes: bool) -> list[list[Any]]:
+        records = self._cache.get(name)
+        if records is None:
+            if "/" in name or name.startswith(".") or not name.endswith(".json.gz"):
+                raise ValueError(f"window file name {name!r} is not one jobprof writes")
+            trace = json.loads(gzip.decompress((self.data_dir / FOLDER / name).read_bytes()))
+            if not isinstance(trace, dict):
+                raise ValueError(f"{name} is not a Chrome trace object")
+            records = records_of(trace, offset_ns, shapes)
+            if len(self._cache) >= self.KEEP:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[name] = records
+        return records
+
+    def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
+        """The records of the operators that started in ``[start_ns, end_ns)``, from the windows
+        ``refs`` names; fresh lists (readers may change them)."""
+        taken: list[list[Any]] = []
+        for ref in refs:
+            if not isinstance(ref, dict) or not isinstance(ref.get(KEY), str):
+                continue
+            records = self.load(ref[KEY], int(ref.get("offset_ns", 0)), bool(ref.get("shapes")))
+            clip = ref.get("clip_ns")
+            for r in records:
+                start = r[START]
+                if start_ns <= start < end_ns:
+                    taken.append(list(r))
+                elif clip is not None and clip <= start < start_ns < start + r[DUR]:
+                    # the capture began before the first iteration: a block open by then (a
+                    # loop-wide one) is the iteration's from its start on, as take() cuts it
+                    moved = list(r)
+                    moved[DUR] -= start_ns - start
+                    moved[START] = start_ns
+                    taken.append(moved)
+        taken.sort(key=lambda r: r[START])
+        return taken
+
