@@ -17,7 +17,7 @@ from jobprof.ops.opcapture import DUR, NAME, START, Detail, OpCapture  # noqa: E
 @pytest.fixture(scope="module")
 def recorded() -> list[list]:
     warnings: list[str] = []
-    capture = OpCapture(torch, Detail(shapes=True), warnings.append)
+    capture = OpCapture(torch, Detail(shapes=True), warnings.append, to_files=False)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     x = torch.randn(8, 16)
     capture.start()

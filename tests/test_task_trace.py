@@ -322,7 +322,8 @@ def test_summary_lists_the_top_operators(plain):
 
 # -- levels ----------------------------------------------------------------------------------
 def data_bytes(device: Path) -> int:
-    return sum(p.stat().st_size for p in (device / "data").iterdir())
+    """The raw data's bytes: segments and the operator windows (data/kineto/)."""
+    return sum(p.stat().st_size for p in (device / "data").rglob("*") if p.is_file())
 
 
 def test_l0_records_timing_only(plain, tmp_path):
@@ -402,7 +403,7 @@ def recorded() -> tuple[list[list], int, int]:
     from jobprof.ops.opcapture import Detail, OpCapture
 
     warnings: list[str] = []
-    capture = OpCapture(torch, Detail(shapes=True), warnings.append)
+    capture = OpCapture(torch, Detail(shapes=True), warnings.append, to_files=False)
     a, b = torch.randn(64, 32), torch.randn(32, 16)
     capture.start()
     begin = time.monotonic_ns()

@@ -30,12 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.files import fsio
-from jobprof.plugin.types import DUR, START
+from jobprof.plugin.types import DUR, KIND, START
 
 #: the folder of window files, inside a device's ``data/``
 FOLDER = "kineto"
 #: the key that tells a reference from an inline record (records are arrays)
 KEY = "kineto"
+#: Kineto's activity type of a ``record_function`` block
+BLOCK = "user_annotation"
 
 
 def window_name(number: int) -> str:
@@ -117,7 +119,9 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[l
         record = [e.get("name", ""), start, round(e.get("dur", 0) * 1000), e.get("tid", 0), kind, -1, 0, 0,
                   None, None, None, 0, None]
         if shapes:
-            record[8] = args.get("Input Dims", [])
+            # a tensor list's dims and strides are nested in the file; Kineto's accessors (and
+            # so every reader of these records) give an empty list for such an input
+            record[8] = [d if not (d and isinstance(d[0], list)) else [] for d in args.get("Input Dims", [])]
             record[9] = args.get("Input type", [])
             record[10] = args.get("Input Strides", [])
         out.append((start, args.get("Ev Idx", 0), record))
@@ -150,7 +154,12 @@ class Windows:
 
     def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
         """The records of the operators that started in ``[start_ns, end_ns)``, from the windows
-        ``refs`` names; fresh lists (readers may change them)."""
+        ``refs`` names; fresh lists (readers may change them).
+
+        A ``record_function`` block (``user_annotation``) open across iteration ends is cut at
+        each of them, one piece per iteration, as the in-memory path cuts it at every window
+        end (a window may hold several short iterations here).
+        """
         taken: list[list[Any]] = []
         for ref in refs:
             if not isinstance(ref, dict) or not isinstance(ref.get(KEY), str):
@@ -159,15 +168,20 @@ class Windows:
             clip = ref.get("clip_ns")
             for r in records:
                 start = r[START]
+                end = start + r[DUR]
+                block = r[KIND] == BLOCK
                 if start_ns <= start < end_ns:
-                    taken.append(list(r))
-                elif clip is not None and clip <= start < start_ns < start + r[DUR]:
-                    # the capture began before the first iteration: a block open by then (a
-                    # loop-wide one) is the iteration's from its start on, as take() cuts it
-                    moved = list(r)
-                    moved[DUR] -= start_ns - start
-                    moved[START] = start_ns
-                    taken.append(moved)
+                    piece = list(r)
+                    if block and end > end_ns:
+                        piece[DUR] = end_ns - start  # continues as the next iteration's piece
+                    taken.append(piece)
+                elif start < start_ns < end and (block or (clip is not None and clip <= start)):
+                    # a block open at the iteration's start; on the first iteration also any
+                    # operator begun after the capture started (a loop-wide one continued at
+                    # the start): the iteration's from its start on
+                    piece = list(r)
+                    piece[START] = start_ns
+                    piece[DUR] = (min(end, end_ns) if block else end) - start_ns
+                    taken.append(piece)
         taken.sort(key=lambda r: r[START])
         return taken
-

@@ -120,6 +120,11 @@ class _OpenBlocks:
             self.cls.__exit__ = self._exit
 
 
+#: a window lasts at least this long: shorter iterations share one (each cut costs Kineto a
+#: fixed ~1.5 ms to finalize and restart, which dwarfs an iteration of a few ms); records are
+#: still cut per iteration when read
+MIN_WINDOW_NS = 20_000_000
+
 #: slack around a window's [first, last] when matching it to iterations: Kineto's wall clock is
 #: mapped to the monotonic one with an offset taken at each cut (a reference too many costs a
 #: lookup; one too few would lose operators)
@@ -155,7 +160,10 @@ class OpCapture:
     """One process's Kineto capture, cut at iteration ends (training thread) and read per
     iteration (sink thread)."""
 
-    def __init__(self, torch: Any, detail: Detail, warn: Callable[[str], None]) -> None:
+    def __init__(self, torch: Any, detail: Detail, warn: Callable[[str], None],
+                 to_files: bool | None = None) -> None:
+        """``to_files``: windows go to Kineto's trace files (:meth:`take_windows`); default:
+        when the detail allows it (no FLOPs, no CUDA).  False: :meth:`take` converts in memory."""
         from torch._C._profiler import _ExperimentalConfig
         from torch.autograd import ProfilerActivity, ProfilerConfig, ProfilerState
 
@@ -169,7 +177,7 @@ class OpCapture:
         self._ops = torch.ops.profiler
         metrics = list(detail.cupti_metrics) if detail.cuda else []
         #: windows go to Kineto's own trace files (take_windows), not through Python per event
-        self.to_files = not (detail.flops or detail.cuda)
+        self.to_files = not (detail.flops or detail.cuda) if to_files is None else to_files
         if metrics:
             experimental = _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True)
         elif self.to_files:
@@ -247,6 +255,11 @@ class OpCapture:
                 self._fail(f"PyTorch's profiler failed at an iteration end: {type(exc).__name__}: "
                            f"{exc}")
 
+    def due(self) -> bool:
+        """Whether the open window has lasted :data:`MIN_WINDOW_NS` (the next iteration end
+        should cut it).  The in-memory path cuts at every iteration end, as before."""
+        return not self.to_files or time.monotonic_ns() - self._cut_ns >= MIN_WINDOW_NS
+
     def exit_notes(self) -> list[str]:
         """What the user should hear at exit about lost operator data."""
         if not self.dropped_windows:
@@ -299,7 +312,11 @@ class OpCapture:
             blocks = self._open_blocks()
             try:
                 self._end(blocks)
-                self._autograd._disable_profiler()
+                offset = time.time_ns() - time.monotonic_ns()
+                result = self._autograd._disable_profiler()
+                # kept: iterations handed over before the program's profiler took over get
+                # their operators (their windows are read later)
+                self._windows.append((result, offset, self._window_ns, time.monotonic_ns()))
             except Exception:
                 pass
             self.state = "stopped"
