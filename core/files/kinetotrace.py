@@ -25,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -129,6 +130,15 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[l
     return [item[2] for item in out]
 
 
+class _Window:
+    """One window's records (start order), their starts, and its record_function blocks."""
+
+    def __init__(self, records: list[list[Any]]) -> None:
+        self.records = records
+        self.starts = [r[START] for r in records]
+        self.blocks = [r for r in records if r[KIND] == BLOCK]
+
+
 class Windows:
     """Reads window files, keeping the last few (consecutive iterations share windows)."""
 
@@ -136,21 +146,24 @@ class Windows:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self._cache: dict[str, list[list[Any]]] = {}
+        self._cache: dict[str, _Window] = {}
 
     def load(self, name: str, offset_ns: int, shapes: bool) -> list[list[Any]]:
-        records = self._cache.get(name)
-        if records is None:
+        return self._load(name, offset_ns, shapes).records
+
+    def _load(self, name: str, offset_ns: int, shapes: bool) -> _Window:
+        window = self._cache.get(name)
+        if window is None:
             if "/" in name or name.startswith(".") or not name.endswith(".json.gz"):
                 raise ValueError(f"window file name {name!r} is not one jobprof writes")
             trace = json.loads(gzip.decompress((self.data_dir / FOLDER / name).read_bytes()))
             if not isinstance(trace, dict):
                 raise ValueError(f"{name} is not a Chrome trace object")
-            records = records_of(trace, offset_ns, shapes)
+            window = _Window(records_of(trace, offset_ns, shapes))
             if len(self._cache) >= self.KEEP:
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[name] = records
-        return records
+            self._cache[name] = window
+        return window
 
     def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
         """The records of the operators that started in ``[start_ns, end_ns)``, from the windows
@@ -164,24 +177,25 @@ class Windows:
         for ref in refs:
             if not isinstance(ref, dict) or not isinstance(ref.get(KEY), str):
                 continue
-            records = self.load(ref[KEY], int(ref.get("offset_ns", 0)), bool(ref.get("shapes")))
+            window = self._load(ref[KEY], int(ref.get("offset_ns", 0)), bool(ref.get("shapes")))
+            first, last = bisect_left(window.starts, start_ns), bisect_left(window.starts, end_ns)
+            for r in window.records[first:last]:
+                piece = list(r)
+                if r[KIND] == BLOCK and r[START] + r[DUR] > end_ns:
+                    piece[DUR] = end_ns - r[START]  # continues as the next iteration's piece
+                taken.append(piece)
+            # a block open at the iteration's start: its piece from the start on
+            for r in window.blocks:
+                if r[START] < start_ns < r[START] + r[DUR]:
+                    until = min(r[START] + r[DUR], end_ns)
+                    taken.append([*r[:START], start_ns, until - start_ns, *r[DUR + 1:]])
             clip = ref.get("clip_ns")
-            for r in records:
-                start = r[START]
-                end = start + r[DUR]
-                block = r[KIND] == BLOCK
-                if start_ns <= start < end_ns:
-                    piece = list(r)
-                    if block and end > end_ns:
-                        piece[DUR] = end_ns - start  # continues as the next iteration's piece
-                    taken.append(piece)
-                elif start < start_ns < end and (block or (clip is not None and clip <= start)):
-                    # a block open at the iteration's start; on the first iteration also any
-                    # operator begun after the capture started (a loop-wide one continued at
-                    # the start): the iteration's from its start on
-                    piece = list(r)
-                    piece[START] = start_ns
-                    piece[DUR] = (min(end, end_ns) if block else end) - start_ns
-                    taken.append(piece)
+            if clip is not None:
+                # the first iteration: an operator begun after the capture started and still
+                # running at the iteration's start (a loop-wide one continued at the start) is
+                # the iteration's from its start on
+                for r in window.records[bisect_left(window.starts, clip):first]:
+                    if r[KIND] != BLOCK and r[START] + r[DUR] > start_ns:
+                        taken.append([*r[:START], start_ns, r[START] + r[DUR] - start_ns, *r[DUR + 1:]])
         taken.sort(key=lambda r: r[START])
         return taken
