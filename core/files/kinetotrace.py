@@ -3,10 +3,12 @@
 Why: turning Kineto's events into records in the job costs an accessor call per field, about
 10 us of Python per event, on the sink thread, where it competes with the training thread for
 the GIL and the CPU (measured: small operators looked several times longer than torch.profiler
-shows them).  Instead the sink thread has Kineto write each finished window itself
-(``_ProfilerResult.save``: its Chrome trace, in C++, ~3 us per event) and compresses it (zlib
-releases the GIL while it works); the records are built when an iteration is read -- by the
-exporter, ``jobprof export``, ``jobprof summary`` -- from the file, with ``json`` in C.
+shows them).  Instead Kineto writes each finished window itself (``_ProfilerResult.save``: its
+Chrome trace, in C++, ~3 us per event), on the training thread at the cut (the save holds the
+GIL: on the sink thread it would stall the training thread at a random point), into a scratch
+file (:func:`scratch_file`); the sink thread compresses it (zlib releases the GIL while it
+works).  The records are built when an iteration is read -- by the exporter, ``jobprof
+export``, ``jobprof summary`` -- from the file, with ``json`` in C.
 
 On disk: ``data/kineto/window.<n>.json.gz``, one per window (the span between two cuts, about
 one iteration).  The iteration's raw ``ops`` stream holds one reference per window it overlaps
@@ -25,6 +27,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -46,26 +49,39 @@ def window_name(number: int) -> str:
 
 
 def save_window(result: Any, number: int, device_dir: Path) -> tuple[str, int]:
-    """Have Kineto write one finished window (``_ProfilerResult.save``) and store it compressed
-    as ``data/kineto/window.<number>.json.gz``; returns (file name, bytes).  Sink thread.
+    """Store one finished window compressed as ``data/kineto/window.<number>.json.gz``; returns
+    (file name, bytes).  Sink thread.
 
-    Kineto writes into a file jobprof created itself (``O_EXCL|O_NOFOLLOW``) inside its own
-    folder, so it never writes through a planted link; the compressed file is written
-    atomically.  zlib releases the GIL while it compresses.
+    ``result`` is Kineto's ``_ProfilerResult`` (then Kineto writes it here) or the scratch file
+    it already wrote at the cut (:func:`scratch_file`).  Kineto writes only into files jobprof
+    created itself (``O_EXCL|O_NOFOLLOW``) inside its own folder, so never through a planted
+    link; the compressed file is written atomically.  zlib releases the GIL while it works.
     """
     folder = device_dir / "data" / FOLDER
     root = device_dir.parent
-    fsio.make_dirs(folder, root=root)
-    name = window_name(number)
-    scratch = folder / f".{name}.{os.getpid()}.json"
-    with fsio.create(scratch, root=root, binary=True):
-        pass
+    scratch = result if isinstance(result, Path) else scratch_file(device_dir)
     try:
-        result.save(str(scratch))
+        if not isinstance(result, Path):
+            result.save(str(scratch))
         data = gzip.compress(scratch.read_bytes(), compresslevel=1, mtime=0)
     finally:
         scratch.unlink(missing_ok=True)
+    name = window_name(number)
     return name, fsio.atomic_write(folder / name, data, root=root)
+
+
+def scratch_file(device_dir: Path) -> Path:
+    """A new empty file in ``data/kineto/`` for Kineto to write one window into."""
+    folder = device_dir / "data" / FOLDER
+    fsio.make_dirs(folder, root=device_dir.parent)
+    for _ in range(100):
+        path = folder / f".scratch.{os.getpid()}.{time.monotonic_ns()}.json"
+        try:
+            with fsio.create(path, root=device_dir.parent, binary=True):
+                return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free scratch name in {folder}")
 
 
 def forget_window(name: str, device_dir: Path) -> None:

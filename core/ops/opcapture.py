@@ -37,6 +37,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -209,6 +210,9 @@ class OpCapture:
         #: windows written to files and still needed by a later iteration
         self._saved: deque[SavedWindow] = deque()
         self._numbered = 0
+        #: set by the session once the device folder exists: a new scratch file for a window
+        #: Kineto writes at the cut (None: the sink thread has Kineto write it)
+        self.scratch: Callable[[], Path] | None = None
         #: converted records not yet handed over, in start order
         self._records: deque[list[Any]] = deque()
         self.dropped_windows = 0
@@ -372,8 +376,21 @@ class OpCapture:
         began, self._window_ns = self._window_ns, self._cut_ns
         self._enable()
         self._reopen(blocks)  # ... and continue them in the new one
+        if self.scratch is not None:
+            # Kineto writes the window here, on the training thread, at the cut: its save holds
+            # the GIL, and done later on the sink thread it stalls the training thread at a
+            # random point (inside an operator that needs the GIL: measured as that
+            # operator's time); the sink thread then only compresses (zlib, outside the GIL)
+            try:
+                path = self.scratch()
+                result.save(str(path))
+                result = path
+            except Exception:
+                pass  # the sink thread saves it instead
         if len(self._windows) >= MAX_WINDOWS:
-            self._windows.popleft()
+            dropped = self._windows.popleft()[0]
+            if isinstance(dropped, Path):
+                dropped.unlink(missing_ok=True)
             self.dropped_windows += 1
         self._windows.append((result, offset, began, self._cut_ns))
 

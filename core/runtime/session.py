@@ -222,8 +222,13 @@ class Session:
                 self.ops.stop()  # on the training thread: Kineto must not be stopped under it
             return
         try:
-            if self.sink is None and not self._go_live():
-                return
+            if self.sink is None:
+                if not self._go_live():
+                    return
+                if self.ops is not None and self.ops.to_files:
+                    folder = self.device_dir
+                    assert folder is not None  # _go_live claimed it
+                    self.ops.scratch = lambda: kinetotrace.scratch_file(folder)
             streams: dict[str, Any] = {ITERATION_STREAM: [iteration.to_record()]}
             # jobprof's spans inside this iteration (an empty list says 0, not N/A); later ones
             # wait for theirs (a backward-found iteration is handed over inside the next one)
