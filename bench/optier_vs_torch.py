@@ -102,7 +102,8 @@ def jobprof_facts(out: Path) -> dict[str, Any]:
                 spans = streams.get(rawstore.PROFILER_STREAM) or []
                 it = streams[rawstore.ITERATION_STREAM][0]
                 # a span is listed in every iteration it overlaps: count the part inside this one
-                handover.append(sum(max(0, min(b, it["end_ns"]) - max(a, it["start_ns"])) for a, b in spans) / 1e6)
+                lo, hi = it["start_ns"], it["end_ns"]
+                handover.append(sum(max(0, min(b, hi) - max(a, lo)) for a, b in spans) / 1e6)
     return {"iterations": iterations, "ops_iterations": with_ops, "raw_bytes": raw,
             "handover_ms": statistics.mean(handover[WARMUP:] or handover or [float("nan")])}
 
