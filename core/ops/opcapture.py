@@ -121,10 +121,13 @@ class _OpenBlocks:
             self.cls.__exit__ = self._exit
 
 
-#: a window lasts at least this long: shorter iterations share one (each cut costs Kineto a
-#: fixed ~1.5 ms to finalize and restart, which dwarfs an iteration of a few ms); records are
-#: still cut per iteration when read
-MIN_WINDOW_NS = 20_000_000
+#: a window lasts at least this long: shorter iterations would share one (each cut costs Kineto
+#: a fixed ~1.5 ms to finalize and restart, which dwarfs an iteration of a few ms; records are
+#: still cut per iteration when read).  0 (a cut at every iteration end) for now: sharing holds
+#: the short iterations back from the sink until their window is cut, so a SIGKILL or SIGTERM
+#: meanwhile -- or a pause of the job -- kept their raw lines off the disk (test_faults,
+#: test_summary's killed rank).  Sharing needs the references written ahead of the cut first.
+MIN_WINDOW_NS = 0
 
 #: slack around a window's [first, last] when matching it to iterations: Kineto's wall clock is
 #: mapped to the monotonic one with an offset taken at each cut (a reference too many costs a
