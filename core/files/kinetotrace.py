@@ -34,14 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.files import fsio
-from jobprof.plugin.types import DUR, KIND, START
+from jobprof.plugin.types import DUR, START
 
 #: the folder of window files, inside a device's ``data/``
 FOLDER = "kineto"
 #: the key that tells a reference from an inline record (records are arrays)
 KEY = "kineto"
-#: Kineto's activity type of a ``record_function`` block
-BLOCK = "user_annotation"
 
 
 def window_name(number: int) -> str:
@@ -147,12 +145,11 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[l
 
 
 class _Window:
-    """One window's records (start order), their starts, and its record_function blocks."""
+    """One window's records (start order) and their starts."""
 
     def __init__(self, records: list[list[Any]]) -> None:
         self.records = records
         self.starts = [r[START] for r in records]
-        self.blocks = [r for r in records if r[KIND] == BLOCK]
 
 
 class Windows:
@@ -183,11 +180,9 @@ class Windows:
 
     def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
         """The records of the operators that started in ``[start_ns, end_ns)``, from the windows
-        ``refs`` names; fresh lists (readers may change them).
-
-        A ``record_function`` block (``user_annotation``) open across iteration ends is cut at
-        each of them, one piece per iteration, as the in-memory path cuts it at every window
-        end (a window may hold several short iterations here).
+        ``refs`` names; fresh lists (readers may change them).  As ``OpCapture.take`` cuts them:
+        a ``record_function`` block open across an iteration end was ended and reopened by the
+        cut, so its pieces already lie in their iterations.
         """
         taken: list[list[Any]] = []
         for ref in refs:
@@ -195,23 +190,14 @@ class Windows:
                 continue
             window = self._load(ref[KEY], int(ref.get("offset_ns", 0)), bool(ref.get("shapes")))
             first, last = bisect_left(window.starts, start_ns), bisect_left(window.starts, end_ns)
-            for r in window.records[first:last]:
-                piece = list(r)
-                if r[KIND] == BLOCK and r[START] + r[DUR] > end_ns:
-                    piece[DUR] = end_ns - r[START]  # continues as the next iteration's piece
-                taken.append(piece)
-            # a block open at the iteration's start: its piece from the start on
-            for r in window.blocks:
-                if r[START] < start_ns < r[START] + r[DUR]:
-                    until = min(r[START] + r[DUR], end_ns)
-                    taken.append([*r[:START], start_ns, until - start_ns, *r[DUR + 1:]])
+            taken.extend(list(r) for r in window.records[first:last])
             clip = ref.get("clip_ns")
             if clip is not None:
-                # the first iteration: an operator begun after the capture started and still
-                # running at the iteration's start (a loop-wide one continued at the start) is
-                # the iteration's from its start on
+                # the first iteration: an operator or block begun after the capture started and
+                # still running at the iteration's start (a loop-wide one continued at the start)
+                # is the iteration's from its start on
                 for r in window.records[bisect_left(window.starts, clip):first]:
-                    if r[KIND] != BLOCK and r[START] + r[DUR] > start_ns:
+                    if r[START] + r[DUR] > start_ns:
                         taken.append([*r[:START], start_ns, r[START] + r[DUR] - start_ns, *r[DUR + 1:]])
         taken.sort(key=lambda r: r[START])
         return taken
