@@ -95,9 +95,8 @@ def reference(name: str, offset_ns: int, size: int, first: bool, shapes: bool,
     clock); ``size``: the file's bytes; ``first``: this is the window's first reference (its
     bytes count toward the storage budget once); ``shapes``: the capture recorded input shapes
     (an operator without inputs then has empty lists, not None); ``clip_ns``: set on the very
-    first iteration:
-    operators that started after the capture began (``clip_ns``) but before the iteration, and
-    run into it, are the iteration's from its start on.
+    first iteration: operators that started after the capture began (``clip_ns``) but before
+    the iteration, and run into it, are the iteration's from its start on.
     """
     ref = {KEY: name, "offset_ns": offset_ns, "bytes": size, "first": first, "shapes": shapes}
     if clip_ns is not None:

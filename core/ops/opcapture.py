@@ -10,10 +10,11 @@ How it stays cheap and bounded:
 * At each iteration end the training thread only swaps profiler sessions (disable, enable):
   the same cycle ``torch.profiler`` pays per ``schedule`` step.  Kineto is told to skip the
   Python-facing event list it would build at each disable (``trace_only``, where torch has it:
-  ~40% of the disable's cost).  The finished window goes to the sink thread, which has Kineto
-  write it as its own Chrome trace (C++, no Python per event; :meth:`take_windows`, files and
-  references by ``jobprof.files.kinetotrace``); the records are built when the iteration is
-  read.  The window is then freed, so the process holds the raw data of about one iteration.
+  ~40% of the disable's cost).  At the cut Kineto writes the window as its own Chrome trace
+  (C++, no Python per event) into a scratch file; the sink thread compresses it and hands the
+  iteration references (:meth:`take_windows`; files and references by
+  ``jobprof.files.kinetotrace``); the records are built when the iteration is read.  The
+  window is then freed, so the process holds the raw data of about one iteration.
   A capture that needs Kineto's FLOP estimate or CUDA fields (not in the trace file) reads the
   events in Python instead (:meth:`take`), as before.
 * Capture starts at the first root-module forward, not at ``import torch``: a DataLoader
@@ -120,14 +121,6 @@ class _OpenBlocks:
         if self.cls.__dict__.get("__exit__") is exit_:
             self.cls.__exit__ = self._exit
 
-
-#: a window lasts at least this long: shorter iterations would share one (each cut costs Kineto
-#: a fixed ~1.5 ms to finalize and restart, which dwarfs an iteration of a few ms; records are
-#: still cut per iteration when read).  0 (a cut at every iteration end) for now: sharing holds
-#: the short iterations back from the sink until their window is cut, so a SIGKILL or SIGTERM
-#: meanwhile -- or a pause of the job -- kept their raw lines off the disk (test_faults,
-#: test_summary's killed rank).  Sharing needs the references written ahead of the cut first.
-MIN_WINDOW_NS = 0
 
 #: slack around a window's [first, last] when matching it to iterations: Kineto's wall clock is
 #: mapped to the monotonic one with an offset taken at each cut (a reference too many costs a
@@ -261,11 +254,6 @@ class OpCapture:
             except Exception as exc:
                 self._fail(f"PyTorch's profiler failed at an iteration end: {type(exc).__name__}: "
                            f"{exc}")
-
-    def due(self) -> bool:
-        """Whether the open window has lasted :data:`MIN_WINDOW_NS` (the next iteration end
-        should cut it).  The in-memory path cuts at every iteration end, as before."""
-        return not self.to_files or time.monotonic_ns() - self._cut_ns >= MIN_WINDOW_NS
 
     def exit_notes(self) -> list[str]:
         """What the user should hear at exit about lost operator data."""

@@ -37,9 +37,6 @@ from jobprof.runtime.sink import SIGTERM_RENDER_S, Sink
 from jobprof.runtime.steps import StepDetector
 from jobprof.runtime.storage import StorageBudget
 
-#: iterations held for one operator window at most (a window of tiny iterations still ends)
-MAX_HELD = 64
-
 
 class Session:
     def __init__(self, config: Config, manager: PluginManager, owners: Mapping[str, str],
@@ -71,8 +68,6 @@ class Session:
         self.info: dict[str, Any] = {}
         #: the operator capture, when some plugin asked for operators
         self.ops: OpCapture | None = None
-        #: iterations waiting for their operator window to be cut: (index, streams, active)
-        self._held: list[tuple[int, dict[str, Any], frozenset[str]]] = []
         #: jobprof's own work in the job's time, ``[start_ns, end_ns]`` (hand-overs, calibration,
         #: starting the capture), not yet given to an iteration: each goes to the raw line of the
         #: iteration it lies in (stream ``profiler``), whichever that is
@@ -186,19 +181,6 @@ class Session:
         # before it belongs to an iteration (self.ops is never replaced once set)
         self.on_root_module(lambda module: ops.start(), "operator capture start")
 
-    def _submit_held(self) -> None:
-        held, self._held = self._held, []
-        if self.sink is not None:
-            for index, streams, active in held:
-                self.sink.submit(index, streams, active)
-
-    def _release_held(self) -> None:
-        """At finish: cut the window the held iterations are in, then hand them over."""
-        if self._held and self.ops is not None and self.ops.state == "capturing":
-            last = self._held[-1][1][ITERATION_STREAM][0]["end_ns"]
-            self.ops.cut(last)  # on the thread finishing: the training thread at exit
-        self._submit_held()
-
     def _ops_windows(self, start_ns: int, end_ns: int) -> list[dict[str, Any]]:
         """The ``ops`` stream of one iteration as references to Kineto's window files (sink
         thread; see jobprof.files.kinetotrace)."""
@@ -237,13 +219,8 @@ class Session:
                 streams[PROFILER_STREAM] = [s for s in own if s[1] > start and s[0] < end]
                 self._own = [s for s in own if s[1] > end]
             ops = self.ops
-            hold = False
             if ops is not None and ops.state == "capturing":
-                # a short iteration shares its window with the next ones: it waits (held) until
-                # the window is cut, so the sink never reads an iteration before its window
-                hold = not ops.due() and len(self._held) < MAX_HELD
-                if not hold:
-                    ops.cut(iteration.end_ns)
+                ops.cut(iteration.end_ns)
                 take = self._ops_windows if ops.to_files else ops.take
                 streams[OPS_STREAM] = partial(take, iteration.start_ns, iteration.end_ns)
             # results arrive checked by the manager: {stream: [records] or a callable building
@@ -251,11 +228,7 @@ class Session:
             for _, result in self.manager.iteration_end(self, iteration):
                 streams.update(result)
             assert self.sink is not None  # set by _go_live above, never unset
-            if hold:
-                self._held.append((iteration.index, streams, self.manager.active_set()))
-            else:
-                self._submit_held()
-                self.sink.submit(iteration.index, streams, self.manager.active_set())
+            self.sink.submit(iteration.index, streams, self.manager.active_set())
             self.record_own(entered, time.monotonic_ns())
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
@@ -298,7 +271,6 @@ class Session:
         self.state = "finished"
         if self.detector is not None:
             self.detector.uninstall()
-        self._release_held()
         if self.sink is not None:
             self.sink.settle()  # deferred hand-overs read collectors that session_end stops
         if self.ops is not None:
