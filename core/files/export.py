@@ -70,9 +70,15 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
             continue
         if text is None:
             continue
-        path = device_dir / spec.folder / spec.filename(meta.device_id, iteration.model_id, iteration.index)
-        # root: the PROF_ folder; a symlinked device/summary/timeline folder is refused
-        written.append((path, atomic_write(path, text, root=device_dir.parent)))
+        files = text.items() if isinstance(text, Mapping) else ((iteration.model_id, text),)
+        for model, body in files:
+            if not isinstance(model, int) or not isinstance(body, str):
+                on_error(plugin, f"writer '{spec.name}' returned {type(model).__name__} -> "
+                                 f"{type(body).__name__}, not model id -> text")
+                continue
+            path = device_dir / spec.folder / spec.filename(meta.device_id, model, iteration.index)
+            # root: the PROF_ folder; a symlinked device/summary/timeline folder is refused
+            written.append((path, atomic_write(path, body, root=device_dir.parent)))
     return written
 
 

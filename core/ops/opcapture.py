@@ -309,6 +309,7 @@ class OpCapture:
                 self._end(blocks)
                 offset = time.time_ns() - time.monotonic_ns()
                 result = self._autograd._disable_profiler()
+                self._python_flag(False)  # the program's profiler sets it again
                 # kept: iterations handed over before the program's profiler took over get
                 # their operators (their windows are read later)
                 self._windows.append((result, offset, self._window_ns, time.monotonic_ns()))
@@ -338,10 +339,24 @@ class OpCapture:
                 self._autograd._disable_profiler()
             except Exception:
                 pass
+            self._python_flag(False)
 
     def _enable(self) -> None:
         self._autograd._prepare_profiler(self._config, self._activities)
         self._autograd._enable_profiler(self._config, self._activities)
+        self._python_flag(True)
+
+    def _python_flag(self, on: bool) -> None:
+        """torch.profiler's Python-side "a profiler runs" flag, set while we capture as torch's
+        own profiler sets it: compiled code reads it to open its ranges (Inductor's ``## Call
+        CompiledFxGraph <key> ##``, Triton launches, Dynamo's wrappers), and Inductor's
+        autotuner to not start a profiler of its own inside ours (which would end our capture)."""
+        setter = getattr(self._autograd.profiler, "_set_is_profiler_enabled", None)
+        if callable(setter):
+            try:
+                setter(on)
+            except Exception:
+                pass
 
     def _open_blocks(self) -> list[Any]:
         return list(self._blocks.open.values()) if self._blocks else []
@@ -392,6 +407,7 @@ class OpCapture:
                 self._autograd._disable_profiler()
             except Exception:
                 pass
+            self._python_flag(False)
         self.state = "stopped"
         self._remove_wrappers()
 

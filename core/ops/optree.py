@@ -19,6 +19,7 @@ Times are monotonic ns, as in the raw records.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,7 +40,7 @@ from jobprof.ops.opcapture import (
     TID,
 )
 from jobprof.ops.opcapture import STREAM as OPS_STREAM
-from jobprof.plugin.types import ExportContext
+from jobprof.plugin.types import CompiledGraphRecord, ExportContext, FusedKernel, records_of
 
 MEMO_KEY = "optree"
 #: Core Type of a task, by what ran it
@@ -62,11 +63,29 @@ def op_type(name: str) -> str:
     return name.rpartition("::")[2] or name
 
 
+#: OP Type family of a kernel torch.compile generated: ``Fused(add+relu)``
+FUSED = "Fused"
+#: the profiler range Inductor's C++ kernels open with ``config.cpp.enable_kernel_profile``
+_KERNEL_RANGE = re.compile(r"^graph_\d+_((?:cpp|triton)_\w+)$")
+
+
+def _extern_op(name: str) -> str:
+    """``extern_kernels.addmm`` -> ``addmm``; ``torch.ops.aten.convolution.default`` -> ``convolution``."""
+    parts = name.split(".")
+    return parts[3] if parts[:2] == ["torch", "ops"] and len(parts) > 3 else parts[-1]
+
+
+def fused_type(kernel: FusedKernel) -> str:
+    """OP Type of a generated kernel: its family and the operators it replaced."""
+    ops = "+".join(op_type(op) for op in kernel.original_ops)
+    return f"{FUSED}({ops})" if ops else FUSED
+
+
 class Task:
     """One op_summary / task_time row.  FLOPs and bytes are computed on first use."""
 
-    __slots__ = ("_io", "core_type", "dur", "host", "index", "name", "op_type", "record", "start",
-                 "stream", "task_id", "wait")
+    __slots__ = ("_io", "core_type", "dur", "fused", "host", "index", "model_id", "name", "op_type", "record",
+                 "start", "stream", "task_id", "wait")
 
     def __init__(self, index: int, record: list[Any], host: list[Any] | None, core_type: str) -> None:
         self.index = index
@@ -81,6 +100,9 @@ class Task:
         self.task_id = 0
         self.wait = 0
         self._io: Any = None
+        #: a compiled graph's task: the graph's Model ID and the kernel it ran (else None)
+        self.model_id: int | None = None
+        self.fused: FusedKernel | None = None
 
     @property
     def end(self) -> int:
@@ -136,7 +158,7 @@ class Task:
 class OpView:
     """The operators of one iteration: nesting per thread, top-level operators, tasks."""
 
-    def __init__(self, records: list[list[Any]]) -> None:
+    def __init__(self, records: list[list[Any]], graphs: Iterable[CompiledGraphRecord] = ()) -> None:
         self.records = records
         n = len(records)
         self.parent = [-1] * n
@@ -164,13 +186,64 @@ class OpView:
                 stack.append(i)
         self.threads = by_thread
         self._children: list[list[int]] | None = None
+        # a compiled graph's call ranges (record -> graph), and the C++ kernels timed inside them
+        self.graph_of: dict[int, CompiledGraphRecord] = {}
+        by_range = {g.call_range: g for g in graphs if g.call_range is not None}
+        kernels: list[int] = []
+        if by_range:
+            self.graph_of = {i: by_range[records[i][NAME]] for i in host if records[i][NAME] in by_range}
+            if self.graph_of:
+                kernels = [i for i in host if self.lane[i] == 0 and _KERNEL_RANGE.match(records[i][NAME])]
         self.top = [i for i in host if is_dispatch_op(records[i][NAME], records[i][KIND])
-                    and self.lane[i] == 0 and not self._has_dispatch_ancestor(i)]
+                    and self.lane[i] == 0 and not self._has_dispatch_ancestor(i)] + kernels
         self.top.sort(key=lambda i: records[i][START])
         self.launches: dict[int, int] = {}
         self.tasks = self._device_tasks() if self.has_device else \
             [Task(i, records[i], records[i], _host_core(records[i][NAME])) for i in self.top]
+        if self.graph_of:
+            self._join_graphs()
         self._number_tasks()
+
+    def graph_around(self, i: int) -> int:
+        """The compiled graph call range at or above record ``i`` (-1: none)."""
+        graph_of, parent = self.graph_of, self.parent
+        while i >= 0 and i not in graph_of:
+            i = parent[i]
+        return i
+
+    def _join_graphs(self) -> None:
+        """Give every task run inside a compiled graph's call the graph's Model ID, and the
+        kernel it ran: a timed C++ kernel or a device kernel by name, an extern call (and the
+        device kernels it launched) by its place among the graph's extern calls, which Inductor
+        makes in the wrapper's order."""
+        records = self.records
+        matched: dict[int, FusedKernel | None] = {}  # host operator -> its extern kernel
+        extern_next: dict[int, int] = {}  # call range -> extern kernels matched so far
+        for task in self.tasks:
+            source = self.launch_of(task) if self.has_device else task.index
+            around = self.graph_around(source) if source >= 0 else -1
+            if around < 0:
+                continue
+            graph = self.graph_of[around]
+            task.model_id = graph.model_id
+            found = _KERNEL_RANGE.match(task.name)
+            wanted = found.group(1) if found else task.name
+            kernel = next((k for k in graph.kernels if k.kind != "extern" and k.name == wanted), None)
+            if kernel is not None:
+                task.fused, task.name, task.op_type = kernel, kernel.name, fused_type(kernel)
+                continue
+            host = self.innermost_dispatch(source)
+            if host < 0:
+                continue
+            if host not in matched:
+                externs = [k for k in graph.kernels if k.kind == "extern"]
+                op, at = op_type(records[host][NAME]), extern_next.get(around, 0)
+                matched[host] = None
+                for k in range(at, len(externs)):
+                    if _extern_op(externs[k].name) == op:
+                        matched[host], extern_next[around] = externs[k], k + 1
+                        break
+            task.fused = matched[host]
 
     def _has_dispatch_ancestor(self, i: int) -> bool:
         records, p = self.records, self.parent[i]
@@ -250,7 +323,7 @@ def view(ctx: ExportContext) -> OpView | None:
     memo = ctx.memo
     if MEMO_KEY not in memo:
         records = ctx.records(OPS_STREAM)
-        memo[MEMO_KEY] = OpView(records) if records else None
+        memo[MEMO_KEY] = OpView(records, records_of(ctx, CompiledGraphRecord)) if records else None
     return memo[MEMO_KEY]
 
 

@@ -58,9 +58,12 @@ class _Loader(importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         self._inner.exec_module(module)
-        module.__loader__ = self._inner  # leave no trace of the wrapper behind
-        if module.__spec__ is not None:
-            module.__spec__.loader = self._inner
+        try:  # leave no trace of the wrapper behind (a module may refuse new attributes)
+            module.__loader__ = self._inner
+            if module.__spec__ is not None:
+                module.__spec__.loader = self._inner
+        except Exception:
+            pass
         self._watcher.fire(module)
 
     def __getattr__(self, attr: str) -> Any:

@@ -57,13 +57,13 @@ def render_op_summary(ctx: ExportContext) -> str | None:
     tab = table(ctx)
     if tab is None:
         return None
-    head = f"{ctx.device_id},{ctx.iteration.model_id}"
+    device = ctx.device_id
     in_shapes, in_dtypes, in_formats = tab.inputs
     out_shapes, out_dtypes, out_formats = tab.outputs
-    lines = [f"{head},{tid},{sid},{name},{otype},N/A,{core},{start},{dur},{wait},{block},N/A,N/A,"
+    lines = [f"{device},{model},{tid},{sid},{name},{otype},N/A,{core},{start},{dur},{wait},{block},N/A,N/A,"
              f"{ish},{idt},{ifm},{osh},{odt},{ofm},N/A"
-             for tid, sid, name, otype, core, start, dur, wait, block, ish, idt, ifm, osh, odt, ofm
-             in zip(tab.task_ids, tab.streams, tab.name_cells, tab.op_type_cells, tab.core_types,
+             for model, tid, sid, name, otype, core, start, dur, wait, block, ish, idt, ifm, osh, odt, ofm
+             in zip(tab.models, tab.task_ids, tab.streams, tab.name_cells, tab.op_type_cells, tab.core_types,
                     tab.start_cells, tab.dur_cells, tab.wait_cells, tab.block_dims, in_shapes,
                     in_dtypes, in_formats, out_shapes, out_dtypes, out_formats, strict=True)]
     header = SUMMARY_HEADER

@@ -112,7 +112,11 @@ class TaskTable:
         self.op_types = [t.op_type for t in tasks]
         types: dict[str, str] = {}
         self.op_type_cells = [types.get(n) or types.setdefault(n, csv_cell(n)) for n in self.op_types]
+        # a compiled graph's tasks carry its Model ID (fusion_op), the others the iteration's
+        model = str(ctx.iteration.model_id)
+        self.models = [model if t.model_id is None else str(t.model_id) for t in tasks]
         self.signatures = Signatures()
+        self._fused: list[str] | None = None
         self._inputs: Any = None
         self._outputs: Any = None
 
@@ -146,6 +150,25 @@ class TaskTable:
         if self._outputs is None:
             self._io()
         return self._outputs
+
+    @property
+    def fused_args(self) -> list[str]:
+        """``, "Original Ops": "aten::add,aten::relu"`` (JSON text) for a compiled graph's
+        kernels, else empty: appended to a task event's args (built once)."""
+        if self._fused is not None:
+            return self._fused
+        out = self._fused = []
+        texts: dict[int, str] = {}
+        for t in self.tasks:
+            fused = t.fused
+            if fused is None:
+                out.append("")
+                continue
+            text = texts.get(id(fused))
+            if text is None:
+                text = texts[id(fused)] = f', "Original Ops": {json.dumps(",".join(fused.original_ops))}'
+            out.append(text)
+        return out
 
     @property
     def block_dims(self) -> list[str]:

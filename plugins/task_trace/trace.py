@@ -56,13 +56,13 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
     timeline = Timeline(ctx.pid)
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
-    model = ctx.iteration.model_id
     names: dict[str, str] = {}
     events = [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
               f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
-              f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}}}, "ph": "X"}}'
-              for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
-                                                   tab.core_types, tab.task_ids, strict=True)]
+              f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}{fused}}}, "ph": "X"}}'
+              for n, sid, ts, d, core, tid, model, fused in zip(tab.names, tab.streams, tab.ts, tab.tdur,
+                                                                tab.core_types, tab.task_ids, tab.models,
+                                                                tab.fused_args, strict=True)]
     meta = dumps(timeline.metadata)
     return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
 
@@ -162,13 +162,13 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab:
                events: list[str]) -> None:
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
-    model = ctx.iteration.model_id
     names: dict[str, str] = {}
     events += [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
                f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
-               f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}}}, "ph": "X"}}'
-               for n, sid, ts, d, core, tid in zip(tab.names, tab.streams, tab.ts, tab.tdur,
-                                                    tab.core_types, tab.task_ids, strict=True)]
+               f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}{fused}}}, "ph": "X"}}'
+               for n, sid, ts, d, core, tid, model, fused in zip(tab.names, tab.streams, tab.ts, tab.tdur,
+                                                                 tab.core_types, tab.task_ids, tab.models,
+                                                                 tab.fused_args, strict=True)]
     records = view.records
     sources = [view.launch_of(t) for t in tab.tasks] if view.has_device else [t.index for t in tab.tasks]
     head = f'{{"name": "{FLOW_CAT}", "cat": "{FLOW_CAT}", "id": '

@@ -1,0 +1,117 @@
+"""The "Compiled graphs" section of ``jobprof summary`` and the report: per torch.compile
+graph, its kernels, the time its tasks took and what its top kernels fused, with Dynamo's
+graph breaks and recompiles.
+
+Times come from the rendered op_summary files (rows whose Model ID is the graph's), the last
+:data:`SAMPLE` iterations of each device: a few CSV reads however long the run.  Without
+``fusion_op: kernels`` a CPU graph's C++ kernels are not timed one by one, so its time is that
+of its extern calls (``mm``, ``addmm``, ...); the section says so.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from jobprof.plugin.types import NA, CompileCountersRecord, CompiledGraphRecord, Finding, Section
+
+if TYPE_CHECKING:
+    from jobprof.analysis.profile import Profile
+
+SAMPLE = 50
+TOP_KERNELS = 3
+PHASES = {"fwd": 0, "bwd": 1, "inf": 2}
+
+
+def _task_times(profile: Profile, device: int, ids: set[int]) -> tuple[
+        dict[int, dict[str, list[float]]], dict[int, list[float]], int]:
+    """From the last op_summary files: {model id: {kernel name: [µs per file]}}, {model id:
+    [its total µs per file it ran in]}, and how many files were read."""
+    times: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    totals: dict[int, list[float]] = defaultdict(list)
+    files = profile.summary_files(device, "op_summary")[-SAMPLE:]
+    read = 0
+    for path in files:
+        per: dict[tuple[int, str], float] = defaultdict(float)
+        try:
+            with open(path, newline="") as handle:
+                for row in csv.DictReader(handle):
+                    try:
+                        model = int(row["Model ID"])
+                    except (KeyError, TypeError, ValueError):
+                        continue
+                    if model in ids:
+                        per[model, row.get("Op Name", "?")] += float(row.get("Task Duration(us)") or 0)
+        except (OSError, ValueError):
+            continue
+        read += 1
+        per_model: dict[int, float] = defaultdict(float)
+        for (model, name), us in per.items():
+            times[model][name].append(us)
+            per_model[model] += us
+        for model, us in per_model.items():
+            totals[model].append(us)
+    return times, totals, read
+
+
+def compiled_sections(profile: Profile) -> list[Section]:
+    rows, notes, findings = [], [], []
+    timed_kernels = False
+    for device in profile.devices:
+        graphs: dict[int, CompiledGraphRecord] = {}
+        last: CompileCountersRecord | None = None
+        for _, _, graph in profile.typed(CompiledGraphRecord, device):
+            graphs.setdefault(graph.model_id, graph)
+        for _, _, counts in profile.typed(CompileCountersRecord, device):
+            last = counts
+        if not graphs:
+            continue
+        iterations = [it.end_ns - it.start_ns for it in profile.iterations(device)][-SAMPLE:]
+        iteration_us = statistics.median(iterations) / 1000 if iterations else 0.0
+        times, totals_of, files = _task_times(profile, device, set(graphs))
+        for graph in sorted(graphs.values(), key=lambda g: (g.first_iteration, g.compile_id,
+                                                            PHASES.get(g.phase, 9))):
+            by_kernel = times.get(graph.model_id, {})
+            generated = [k for k in graph.kernels if k.kind != "extern"]
+            # median over the files read of the graph's task time in each (0 where it did not run)
+            totals = totals_of.get(graph.model_id, [])
+            per_iter = statistics.median(totals + [0.0] * (files - len(totals))) if files else None
+            ranked = sorted(by_kernel.items(), key=lambda kv: -sum(kv[1]))
+            ops = {k.name: k.original_ops for k in graph.kernels}
+            if any(name in ops and name.startswith(("cpp_", "triton_")) for name, _ in ranked):
+                timed_kernels = True
+            top = [f"{name} ({'+'.join(op.rpartition('::')[2] for op in ops.get(name, ())) or '?'})"
+                   for name, _ in ranked if name in ops][:TOP_KERNELS] or \
+                  [f"{k.name} ({'+'.join(op.rpartition('::')[2] for op in k.original_ops) or '?'})"
+                   for k in generated[:TOP_KERNELS]]
+            rows.append([device, graph.model_id, graph.model_name, graph.phase, graph.first_iteration,
+                         len(generated), len(graph.kernels) - len(generated),
+                         NA if per_iter is None else f"{per_iter / 1000:.3f}",
+                         NA if per_iter is None or not iteration_us
+                         else f"{100 * per_iter / iteration_us:.1f}",
+                         "; ".join(top) or NA])
+        if last is not None:
+            who = f"rank {profile.rank(device)}: " if len(profile.devices) > 1 else ""
+            graphs_n, breaks_n, recompiles_n = (NA if v is None else v for v in
+                                                (last.unique_graphs, last.graph_breaks, last.recompiles))
+            notes.append(f"{who}torch.compile counted {graphs_n} graph(s), {breaks_n} graph break(s), "
+                         f"{recompiles_n} recompile(s)")
+            if last.graph_breaks or last.recompiles:
+                findings.append(Finding(
+                    "compile_breaks",
+                    f"{who}torch.compile broke the graph {last.graph_breaks or 0} time(s) and recompiled "
+                    f"{last.recompiles or 0} time(s): each break runs eager Python between graphs, each "
+                    "recompile a new compile (TORCH_LOGS=graph_breaks,recompiles says why)",
+                    {"rank": profile.rank(device), "graph_breaks": last.graph_breaks,
+                     "recompiles": last.recompiles}, weight=1))
+    if not rows:
+        return []
+    if not timed_kernels:
+        notes.append("C++ kernels are not timed one by one (fusion_op 'kernels' times them, with a "
+                     "different compile): a CPU graph's time here is that of its extern calls")
+    return [Section("Compiled graphs (torch.compile)",
+                    ["device", "model id", "model name", "phase", "compiled in iteration", "kernels",
+                     "extern calls", "task ms / iter", "% of iteration", "top kernels (what they fused)"],
+                    rows, notes, key="compiled_graphs", findings=findings)]
