@@ -26,6 +26,7 @@ import analysis
 import ddp
 import dp
 import export_rate
+import fusion_op
 import hotpath
 import mstx
 import optier
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
     parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp",
                                            "hccl-cost", "optier", "optier-memory", "optier-vs-torch",
-                                           "export", "analysis"],
+                                           "fusion-op", "export", "analysis"],
                         help="run one benchmark (optier-memory: full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                         "quick 50)")
     parser.add_argument("--ovt-rounds", type=int, help="optier-vs-torch rounds of 5 arms per workload "
                                                        "(default 3, quick 1)")
+    parser.add_argument("--fusion-rounds", type=int, help="fusion-op rounds of 4 arms (default 3, quick 1)")
+    parser.add_argument("--fusion-steps", type=int, help="fusion-op steps per run (default 60, quick 30)")
     parser.add_argument("--ovt-steps", type=int, help="optier-vs-torch steps per run (default 60, quick 30)")
     parser.add_argument("--optier-metrics", action="store_true",
                         help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
@@ -187,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
             report["optier-vs-torch"] = result
             table += optier_vs_torch.rows(result)
             notes += optier_vs_torch.notes(result)
+        if args.only in (None, "fusion-op"):
+            with measured() as result:
+                result.update(fusion_op.run(args.fusion_rounds or (1 if args.quick else 3),
+                                            args.fusion_steps or (30 if args.quick else 60)))
+            report["fusion-op"] = result
+            table += fusion_op.rows(result)
         if args.only == "optier-memory" or (args.only is None and not args.quick):  # heavy: minutes
             with measured() as result:
                 result.update(optier.run_memory())
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
     for name in ("startup", "steps", "tier", "dp", "mstx", "ddp", "hccl-cost", "hotpath", "hotpath_tier",
-                 "optier", "optier-memory", "export", "analysis"):
+                 "optier", "optier-memory", "fusion-op", "export", "analysis"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work

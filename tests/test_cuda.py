@@ -121,3 +121,39 @@ def test_nccl_collectives_timed_by_cuda_events(tmp_path):
             assert 0 < r["end_ns"] - r["start_ns"] < 1e9
         events = check_timeline(runner.device_dir(0) / "timeline" / f"hccl_0_{MODEL}_{iteration}.json")
         assert sum(e["ph"] == "X" for e in events) == len(stored[iteration]["hccl"])
+
+
+COMPILED = """
+import torch
+from torch import nn
+dev = torch.device("cuda:0")
+model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 10)).to(dev)
+compiled = torch.compile(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(4):
+    loss = compiled(torch.randn(64, 256, device=dev)).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+torch.cuda.synchronize()
+print("COMPILED CUDA JOB DONE")
+"""
+
+
+def test_fusion_op_names_triton_kernels_and_joins_their_device_tasks(tmp_path):
+    """UNVERIFIED until it runs on a GPU: Triton kernels carry Inductor's provenance comment
+    (graph order), and their device tasks get the graph's Model ID and OP Type Fused(...)."""
+    runner = Runner(tmp_path)
+    proc = runner.run(COMPILED, {"training_trace": "on", "task_trace": "on"}, timeout=600,
+                      env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    assert "COMPILED CUDA JOB DONE" in proc.stdout
+    device = runner.device_dir()
+    files = sorted((device / "summary").glob("fusion_op_*_1.csv"))
+    assert len(files) == 2, files  # forward and backward graph, compiled in iteration 1
+    rows = [r for f in files for r in read_csv(f)]
+    triton = [r for r in rows if r["Fusion Op"].startswith("triton_")]
+    assert triton and all(r["Original Ops"].startswith("aten::") for r in triton), rows
+    tasks = read_csv(device / "summary" / f"op_summary_0_{MODEL}_3.csv")
+    fused = [r for r in tasks if r["OP Type"].startswith("Fused(")]
+    assert fused and all(r["Model ID"] != str(MODEL) for r in fused), tasks
+    assert {r["Op Name"] for r in fused} <= {r["Fusion Op"] for r in triton}

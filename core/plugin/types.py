@@ -651,12 +651,13 @@ class FusedKernel:
         get = raw.get
         name, kind, ops, order, calls = get("name"), get("kind"), get("original_ops", []), \
             get("order", "graph"), get("calls", 1)
-        sizes = [get(k) for k in ("input_bytes", "output_bytes", "weight_bytes", "workspace_bytes")]
+        inp, out, weight, work = (get(k) for k in ("input_bytes", "output_bytes", "weight_bytes",
+                                                   "workspace_bytes"))
         if not (isinstance(name, str) and isinstance(kind, str) and isinstance(order, str) and _int(calls)
                 and isinstance(ops, list) and all(isinstance(op, str) for op in ops)
-                and all(map(_opt_int, sizes))):
+                and _opt_int(inp) and _opt_int(out) and _opt_int(weight) and _opt_int(work)):
             return None
-        return cls(name, kind, ops, order, *sizes, calls=calls)
+        return cls(name, kind, ops, order, inp, out, weight, work, calls)
 
     def to_raw(self) -> dict[str, Any]:
         return {"name": self.name, "kind": self.kind, "original_ops": list(self.original_ops),

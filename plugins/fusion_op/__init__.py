@@ -119,6 +119,8 @@ def jobprof_session_end(session: PluginSession) -> None:
     if capture is None:
         return
     capture.remove()
+    session.set_info(KEY, {"graphs": capture.identities(),
+                           "kernel_profile": session.config.get(KEY) == KERNELS})
     before = session.attached("fusion_op.kernel_profile")
     if before is not None:
         config = sys.modules.get("torch._inductor.config")

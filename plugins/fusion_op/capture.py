@@ -144,6 +144,11 @@ class GraphCapture:
             self._known.append(record.to_raw())
         return list(self._known)
 
+    def identities(self) -> list[dict[str, Any]]:
+        """Model ID, name, compile id, phase and cache key of every graph read so far."""
+        keys = ("model_id", "model_name", "compile_id", "phase", "cache_key", "first_iteration")
+        return [{k: record[k] for k in keys} for record in list(self._known)]
+
     def recompiles(self) -> int:
         """Compile ids ``frame/k`` with ``k > 0`` among the graphs seen."""
         with self._lock:

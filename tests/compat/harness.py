@@ -35,7 +35,12 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     "l0": {**STEP_TIER, "task_trace": "l0"},
     "l1": {**STEP_TIER, "task_trace": "l1", "aicpu": "on"},
     "aic": {**STEP_TIER, "task_trace": "on", "aic_metrics": "PipeUtilization"},
+    # compiled programs only (tests/compat/test_compile.py): Inductor emits a profiler range per
+    # C++ kernel, a different compile of the same graph
+    "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},
 }
+#: the sets every row of the matrix runs
+DEFAULT_SETS = ("step", "l0", "l1", "aic")
 
 #: lines a program may print that differ run to run whatever jobprof does (wall times, rates)
 DEFAULT_VOLATILE = re.compile(r"runtime|per_second|elapsed|it/s|s/it|\d+:\d\d")
@@ -118,7 +123,7 @@ def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] |
     return Run(label, proc.returncode, proc.stdout, proc.stderr, output)
 
 
-def run_matrix(program: str | Path, tmp: Path, option_sets: Iterable[str] = tuple(OPTION_SETS),
+def run_matrix(program: str | Path, tmp: Path, option_sets: Iterable[str] = DEFAULT_SETS,
                args: Iterable[str] = (), env: Mapping[str, str] | None = None, timeout: float = 600,
                launcher: list[str] | None = None, parallel: int = 2) -> tuple[Run, dict[str, Run]]:
     """The unprofiled run and one profiled run per option set, two at a time (one thread each)."""

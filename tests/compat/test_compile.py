@@ -1,6 +1,7 @@
 """torch.compile (default inductor backend) training loops, profiled and unprofiled in the
 same test: same losses, same compile counters (printed by the program), no new warning,
-and, with ``TORCH_LOGS=recompiles``, the same recompile lines.
+and, with ``TORCH_LOGS=recompiles``, the same recompile lines.  fusion_op is on in every
+set with task_trace (its default); the ``kernels`` set also times each C++ kernel.
 
 Each run gets its own cold inductor cache (a relative ``TORCHINDUCTOR_CACHE_DIR`` lies in the
 run's own working folder): a warm cache changes the program's own counters (a cold compile
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import TORCH_LOG, check_all, facts, run_matrix
+from harness import DEFAULT_SETS, TORCH_LOG, check_all, facts, run_matrix
 
 #: (shape, optimizer steps)
 ROWS = [("module", 5), ("function", 5)]
@@ -38,7 +39,9 @@ def counters(run) -> str:
 
 @pytest.mark.parametrize(("shape", "n"), ROWS, ids=[row[0] for row in ROWS])
 def test_compiled_loop(tmp_path, shape, n):
-    base, runs = run_matrix("compiled.py", tmp_path, args=[shape, str(n)], env=COLD_CACHE)
+    # fusion_op runs in every set with task_trace; "kernels" also times each C++ kernel
+    base, runs = run_matrix("compiled.py", tmp_path, option_sets=(*DEFAULT_SETS, "kernels"),
+                            args=[shape, str(n)], env=COLD_CACHE)
     assert base.code == 0, base.describe()
     assert int(facts(base)["STEPS"]) == n
     assert "unique_graphs" in counters(base), counters(base)  # it did compile

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness import OPTION_SETS, assert_iterations, assert_same, assert_summary_sane, facts, run
+from harness import DEFAULT_SETS, OPTION_SETS, assert_iterations, assert_same, assert_summary_sane, facts, run
 
 #: the program prints nothing that varies run to run
 NOTHING = re.compile(r"(?!)")
@@ -37,7 +37,7 @@ def torchrun(port: int) -> list[str]:
 @pytest.mark.slow
 def test_ddp_gloo(tmp_path):
     # run_matrix's arms share one launcher: here each arm has its own master port, two at a time
-    jobs = {"unprofiled": None, **OPTION_SETS}
+    jobs = {"unprofiled": None, **{name: OPTION_SETS[name] for name in DEFAULT_SETS}}
     ports = free_ports(len(jobs))
     with ThreadPoolExecutor(2) as pool:
         futures = {label: pool.submit(run, "ddp.py", tmp_path, label, opts, ["6"], timeout=600,
