@@ -9,6 +9,7 @@ from pathlib import Path
 from jobprof.analysis import cann8
 from jobprof.analysis.merge import MergeError
 from jobprof.analysis.profile import find_prof_dir
+from jobprof.analysis.selection import ranges
 from jobprof.cli._common import add_prof_dir, new_manager
 from jobprof.cli.progress import bar
 from jobprof.files import export, profdir, rawstore
@@ -41,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{device_dir}: {result.iterations} iteration(s), {result.files} file(s)"
               + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
         exported += result.iterations
+        for note, iterations in result.notes.items():
+            print(f"  note: {note}: iteration(s) {', '.join(ranges(iterations))}")
         for problem in result.problems:
             print(f"  problem: {problem}", file=sys.stderr)
         # a device whose metadata cannot be read (named above) costs only itself, unless all do;

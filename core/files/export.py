@@ -55,8 +55,10 @@ def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str
 
 def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, list[Any]],
                      writers: Iterable[tuple[str, WriterSpec]],
-                     on_error: Callable[[str, str], None]) -> list[tuple[Path, int]]:
-    """Write every writer's file for one iteration; returns (path, bytes) per file."""
+                     on_error: Callable[[str, str], None],
+                     on_note: Callable[[int, str], None] | None = None) -> list[tuple[Path, int]]:
+    """Write every writer's file for one iteration; returns (path, bytes) per file.  What the
+    writers noted (:attr:`ExportContext.notes`) goes to ``on_note(iteration, sentence)``."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
     ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
                         meta.program, meta.metrics, meta.machine, job=meta.job,
@@ -79,6 +81,9 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
             path = device_dir / spec.folder / spec.filename(meta.device_id, model, iteration.index)
             # root: the PROF_ folder; a symlinked device/summary/timeline folder is refused
             written.append((path, atomic_write(path, body, root=device_dir.parent)))
+    if on_note is not None:
+        for note in dict.fromkeys(ctx.notes):
+            on_note(iteration.index, note)
     return written
 
 
@@ -124,6 +129,8 @@ class ExportResult:
     iterations: int
     files: int
     problems: tuple[str, ...] = ()
+    #: what the writers noted (a cap applied): sentence -> iterations, in the order first noted
+    notes: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
 
 
 def export_device(device_dir: Path, manager: PluginManager,
@@ -134,6 +141,7 @@ def export_device(device_dir: Path, manager: PluginManager,
     except (OSError, ValueError, KeyError, AttributeError) as exc:
         return ExportResult(device_dir, 0, 0, (f"{device_dir}: unreadable metadata ({exc})",))
     problems: list[str] = []
+    notes: dict[str, list[int]] = {}
     files = iterations = 0
     try:  # a folder that is a symbolic link (fsio.UnsafePath) or unwritable stops this device only
         for sub in ("timeline", "summary"):
@@ -143,11 +151,13 @@ def export_device(device_dir: Path, manager: PluginManager,
         for _, streams in rawstore.read(device_dir):
             iterations += 1
             files += len(render_iteration(device_dir, meta, streams, writers,
-                                          lambda p, m: problems.append(f"plugin '{p}': {m}")))
+                                          lambda p, m: problems.append(f"plugin '{p}': {m}"),
+                                          lambda i, note: notes.setdefault(note, []).append(i)))
             if progress:
                 progress(iterations)
     except OSError as exc:
         problems.append(f"export of {device_dir.name} stopped: {exc.strerror or exc}")
-    return ExportResult(device_dir, iterations, files, tuple(problems))
+    return ExportResult(device_dir, iterations, files, tuple(problems),
+                        {note: tuple(its) for note, its in notes.items()})
 
 

@@ -183,6 +183,10 @@ class ExportContext:
     #: the job's time base (epoch ns) timeline ``ts`` values count from; None: this process's
     #: own (see jobprof.plugin.clock)
     time_base_ns: int | None = None
+    #: what a writer tells the user about this iteration's files, one sentence each (a cap it
+    #: applied); the core says each distinct sentence once per profile with the iterations it
+    #: concerns, and records it in info.json (``jobprof.export_notes``)
+    notes: list[str] = attrs.field(factory=list, eq=False, repr=False)
     #: the time rule of timeline files (jobprof.plugin.clock.TimeAxis)
     axis: TimeAxis = attrs.field(init=False, repr=False, eq=False)
 

@@ -23,6 +23,7 @@ from typing import Any
 import attrs
 
 from jobprof import __version__
+from jobprof.analysis.selection import ranges
 from jobprof.files import export, kinetotrace, profdir
 from jobprof.files.fsio import write_with_done
 from jobprof.files.rawstore import ITERATION_STREAM, PROFILER_STREAM
@@ -285,6 +286,8 @@ class Session:
                 reason = (f"{name} (during the exit-time export)" if reason == "exit"
                           else f"{reason}; then {name} during the exit-time export")
             sink = self.sink
+            for note, iterations in sink.notes.items():  # one line per kind, not per iteration
+                self.reporter.warning(f"{note}: iteration(s) {', '.join(ranges(iterations))}")
             if sink.unrendered and not sink.failed:  # said first: end_info keeps the message
                 why = [f"{sink.deferred} beyond the in-process backlog"] if sink.deferred else []
                 if sink.unrendered_count > sink.deferred:
@@ -384,6 +387,9 @@ class Session:
                 "aged": [list(r) for r in sink.budget.aged] if sink else [],
                 #: iterations with raw data but no rendered files (`jobprof export` renders them)
                 "unrendered": [list(r) for r in sink.unrendered] if sink else [],
+                #: what writers noted while rendering (a master timeline capped), with its iterations
+                "export_notes": [{"note": note, "iterations": sorted(its)}
+                                 for note, its in (sink.notes.items() if sink else ())],
                 "messages": list(self.reporter.messages),
             })
             write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))

@@ -70,6 +70,8 @@ class Sink:
         #: iterations whose raw line is written but which were not rendered, as [first, last]
         #: runs (deferred beyond MAX_BACKLOG, or left when close()'s deadline passed)
         self.unrendered: list[list[int]] = []
+        #: what the writers noted (a timeline capped): sentence -> iterations (rendering thread)
+        self.notes: dict[str, list[int]] = {}
         #: monotonic time after which close() stops rendering (None: render everything)
         self.deadline: float | None = None
         self.export_seconds = 0.0
@@ -214,7 +216,7 @@ class Sink:
             writers = [(p, spec) for p, spec in self.writers
                        if (p in active or p == export.CORE) and p not in self._render_failed]
             for path, size in export.render_iteration(self.device_dir, self.meta, streams, writers,
-                                                         self._writer_failed):
+                                                         self._writer_failed, self._noted):
                 if not self.budget.account(unit, path, size):
                     path.unlink(missing_ok=True)  # its unit was aged while rendering
             self.budget.enforce()
@@ -253,6 +255,9 @@ class Sink:
             text += (f"; iteration(s) {', '.join(ranges(unrendered))} not rendered "
                      f"(`jobprof export {self.device_dir.parent}` renders saved ones)")
         return text
+
+    def _noted(self, index: int, note: str) -> None:
+        self.notes.setdefault(note, []).append(index)
 
     def _writer_failed(self, plugin: str, message: str) -> None:
         self._render_failed.add(plugin)

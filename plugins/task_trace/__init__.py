@@ -57,7 +57,7 @@ from jobprof.plugin.types import Config, ExportContext, WriterSpec
 from jobprof.plugins.task_trace.diff import operator_tables
 from jobprof.plugins.task_trace.report import compute_spans, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
-from jobprof.plugins.task_trace.trace import add_to_master, render_task_time_json
+from jobprof.plugins.task_trace.trace import DEFAULT_LIMIT, LIMIT_KEY, add_to_master, render_task_time_json
 
 if TYPE_CHECKING:
     from jobprof.analysis.profile import Profile
@@ -71,9 +71,16 @@ def enabled(config: Config | None) -> bool:
 
 @hookimpl
 def jobprof_options_schema() -> dict[str, Any]:
-    return {"properties": {"task_trace": {
-        "default": "on",
-        "description": "op_summary, op_statistic, task_time files; l0: timing only (no shapes)"}}}
+    return {"properties": {
+        "task_trace": {
+            "default": "on",
+            "description": "op_summary, op_statistic, task_time files; l0: timing only (no shapes)"},
+        LIMIT_KEY: {
+            "type": "integer", "minimum": 1000, "maximum": 1_000_000_000, "default": DEFAULT_LIMIT,
+            "description": "Operator-tier events one iteration may put in its master timeline (and "
+                           "tasks in its task_time timeline); an iteration over it keeps the first "
+                           "ones in time order, marks the cut in the file, says so once and records "
+                           "it in info.json. The CSVs always keep every task."}}}
 
 
 @hookimpl

@@ -22,6 +22,9 @@ Master timeline layers:
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from heapq import merge
+from itertools import islice
 from typing import Any
 
 from jobprof.files.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label, dumps
@@ -38,6 +41,44 @@ FLOW_CAT = "HostToDevice"
 #: below 2**22, the largest pid_max, so lanes never collide with another thread)
 LANE_STRIDE = 1 << 22
 _NOT_HOST = ("gpu_", "cuda_profiler")
+#: option: operator-tier events one iteration may put in each timeline file
+LIMIT_KEY = "timeline_max_events"
+#: its default: ~100 MB of master timeline, about what Perfetto's JSON import still opens well
+DEFAULT_LIMIT = 500_000
+#: master-timeline events per task beside its host call: the task and its flow's two ends
+_PER_TASK = 3
+
+
+def event_limit(ctx: ExportContext) -> int:
+    value = ctx.config.get(LIMIT_KEY) if ctx.config is not None else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_LIMIT
+
+
+def _capped(ctx: ExportContext, limit: int, kept: int, total: int, what: str) -> None:
+    """Say it once per profile (the core lists the iterations) and in the file itself."""
+    ctx.notes.append(f"{what} capped at {LIMIT_KEY}={limit} operator-tier events (the first "
+                     f"in time order; op_summary and task_time CSVs keep every task)")
+    ctx.memo.setdefault("task_trace.capped", {})[what] = (kept, total)
+
+
+def _cutoff(host_starts: list[int], task_starts: list[int], limit: int) -> int | None:
+    """The start (ns) of the first host call or task that no longer fits in ``limit`` events
+    (a host call counts 1, a task 3), walking both in time order; None when all fit."""
+    if len(host_starts) + _PER_TASK * len(task_starts) <= limit:
+        return None
+    used = 0
+    for start, weight in merge(((t, 1) for t in sorted(host_starts)), ((t, _PER_TASK) for t in task_starts)):
+        used += weight
+        if used > limit:
+            return start
+    return None
+
+
+def _marker(pid: int, ts: float, kept: int, total: int, limit: int) -> str:
+    """An instant event where the file stops, saying what was left out."""
+    return dumps({"name": "jobprof: timeline capped", "ph": "i", "s": "p", "pid": pid, "tid": 0, "ts": ts,
+                  "args": {"kept events": kept, "events": total, LIMIT_KEY: limit,
+                           "note": "later operators of this iteration are in op_summary / task_time CSVs"}})
 
 
 def _device_threads(timeline: Timeline, pid: int, tab: TaskTable) -> None:
@@ -57,12 +98,17 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
     names: dict[str, str] = {}
+    limit, total = event_limit(ctx), len(tab.names)
+    keep = min(total, limit)
     events = [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
               f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
               f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}{fused}}}, "ph": "X"}}'
-              for n, sid, ts, d, core, tid, model, fused in zip(tab.names, tab.streams, tab.ts, tab.tdur,
-                                                                tab.core_types, tab.task_ids, tab.models,
-                                                                tab.fused_args, strict=True)]
+              for n, sid, ts, d, core, tid, model, fused in islice(zip(
+                  tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.models,
+                  tab.fused_args, strict=True), keep)]
+    if keep < total:
+        _capped(ctx, limit, keep, total, "task_time timeline")
+        events.append(_marker(pid, tab.ts[keep], keep, total, limit))
     meta = dumps(timeline.metadata)
     return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
 
@@ -106,6 +152,14 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
     host = [i for i, r in enumerate(records) if r[KIND] not in optree.DEVICE_KINDS
             and not r[KIND].startswith(_NOT_HOST)]
+    # an op-heavy iteration (LBFGS: ~170,000 tasks) keeps the time prefix that fits the limit
+    limit = event_limit(ctx)
+    task_starts = [t.start for t in tab.tasks] if tab is not None else []
+    cut = _cutoff([records[i][START] for i in host], task_starts, limit)
+    n_tasks = len(task_starts) if cut is None else bisect_left(task_starts, cut)
+    total = len(host) + _PER_TASK * len(task_starts)
+    if cut is not None:
+        host = [i for i in host if records[i][START] < cut]
     lanes = _host_lanes(view) if any(view.lane) else {}
     track = {}  # record -> its host track
     for tid in sorted({records[i][TID] for i in host}):
@@ -140,7 +194,11 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
               f'"tid": {tid}, "ts": {t!r}, "dur": {r[DUR] / 1000!r}, "ph": "X"}}'
               for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
     if tab is not None:
-        _add_tasks(ctx, timeline, view, tab, host_pid, track, ts_of, events)
+        _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events)
+    if cut is not None:
+        kept = len(hosts) + _PER_TASK * n_tasks
+        _capped(ctx, limit, kept, total, "master timeline")
+        events.append(_marker(host_pid, (cut + offset) / 1000, kept, total, limit))
     timeline.add_text(events)
     _add_overlap(ctx, timeline, view)
 
@@ -157,22 +215,24 @@ def _inputs(record: list[Any], dtype_text: dict[tuple[str, ...], str]) -> str:
     return f', "Input Dims": {record[SHAPES]}, "Input type": {names}'
 
 
-def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab: TaskTable,
+def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab: TaskTable, count: int,
                host_pid: int, track: dict[int, int], ts_of: dict[int, float],
                events: list[str]) -> None:
+    """The first ``count`` tasks (all, unless the iteration is capped) and their flows."""
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
     names: dict[str, str] = {}
     events += [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
                f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
                f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}{fused}}}, "ph": "X"}}'
-               for n, sid, ts, d, core, tid, model, fused in zip(tab.names, tab.streams, tab.ts, tab.tdur,
-                                                                 tab.core_types, tab.task_ids, tab.models,
-                                                                 tab.fused_args, strict=True)]
+               for n, sid, ts, d, core, tid, model, fused in islice(zip(
+                   tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.models,
+                   tab.fused_args, strict=True), count)]
     records = view.records
-    sources = [view.launch_of(t) for t in tab.tasks] if view.has_device else [t.index for t in tab.tasks]
+    tasks = tab.tasks[:count]
+    sources = [view.launch_of(t) for t in tasks] if view.has_device else [t.index for t in tasks]
     head = f'{{"name": "{FLOW_CAT}", "cat": "{FLOW_CAT}", "id": '
-    for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams, tab.ts, strict=True)):
+    for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams[:count], tab.ts[:count], strict=True)):
         if source not in ts_of:
             continue  # a kernel whose launch was not recorded (-1)
         events.append(f'{head}{flow}, "ph": "s", "pid": {host_pid}, '
