@@ -45,16 +45,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 from train_mlp import Synthetic  # the example's data, not a copy
 
 
-def _profiler(trace_dir: Path, flops: bool) -> torch.profiler.profile:
+def _profiler(trace_dir: Path, flops: bool, whole_after: int | None = None,
+              steps: int = 0) -> torch.profiler.profile:
+    """torch.profiler writing a Chrome trace per step, or (``whole_after`` W) one trace of every
+    step after the first W, which it spends warming up: one session, no restart per step."""
     trace_dir.mkdir(parents=True, exist_ok=True)
     counter = itertools.count()
 
     def ready(prof: torch.profiler.profile) -> None:
         prof.export_chrome_trace(str(trace_dir / f"trace_{next(counter):06d}.json"))
 
+    schedule = torch.profiler.schedule(wait=0, warmup=0, active=1) if whole_after is None else \
+        torch.profiler.schedule(wait=0, warmup=whole_after, active=steps - whole_after, repeat=1)
     return torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, with_flops=flops,
-        schedule=torch.profiler.schedule(wait=0, warmup=0, active=1), on_trace_ready=ready)
+        schedule=schedule, on_trace_ready=ready)
 
 
 class LM(nn.Module):
@@ -137,6 +142,8 @@ def main() -> None:
     parser.add_argument("--timings", help="write per-step wall times (s) as JSON here")
     parser.add_argument("--torch-profiler", metavar="DIR", help="profile with torch.profiler into DIR")
     parser.add_argument("--with-flops", action="store_true", help="torch.profiler's FLOP estimates too")
+    parser.add_argument("--torch-whole-after", type=int, metavar="W",
+                        help="with --torch-profiler: one trace of every step after the first W")
     parser.add_argument("--model", choices=["mlp", "lm", "conv"], default="mlp")
     args = parser.parse_args()
 
@@ -157,7 +164,8 @@ def main() -> None:
 
     trace_dir = Path(args.torch_profiler) / f"rank{rank}" if args.torch_profiler and world > 1 \
         else Path(args.torch_profiler) if args.torch_profiler else None
-    prof = _profiler(trace_dir, args.with_flops) if trace_dir is not None else None
+    prof = _profiler(trace_dir, args.with_flops, args.torch_whole_after, args.steps) \
+        if trace_dir is not None else None
     times: list[float] = []
     with prof if prof is not None else contextlib.nullcontext():
         last = time.perf_counter()
