@@ -17,9 +17,16 @@ regenerate one (only for an intended output change; say why in the commit):
 
 and check that three runs give the same file (``--print`` and diff them).
 
-One intended change since 71c970e, edited in by hand: the eight ``aic_*`` metric-group plugins
-became one plugin, ``aic_metrics``, so info.json's list of active plugins names it instead of
-``aic_pipe_utilization``.
+Intended changes since 71c970e, edited in by hand (only these keys; every file, row and event
+is still the old version's):
+
+- the eight ``aic_*`` metric-group plugins became one plugin, ``aic_metrics``, so info.json's
+  list of active plugins names it instead of ``aic_pipe_utilization``;
+- two new options appear among the effective options of info.json: ``fusion_op`` (``on``) and
+  ``timeline_max_events`` (500000); the fusion_op plugin is active wherever task_trace is
+  (the mlp case), though a job that compiles nothing gets no fusion_op file, stream or
+  info section;
+- info.json's ``export_notes`` (what writers left out, e.g. a capped timeline): ``[]`` here.
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of

@@ -108,9 +108,13 @@ def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[
     capture: GraphCapture | None = session.attached(KEY)
     if capture is None:
         return None
-    # the wrapper sources are read on the sink thread
-    return {CompiledGraphRecord.STREAM: partial(capture.take, iteration.index),
-            CompileCountersRecord.STREAM: counters(capture)}
+    # the wrapper sources are read on the sink thread; a job that compiles nothing gets neither
+    # stream in its raw lines (an empty deferred list is dropped by the sink)
+    streams: dict[str, Any] = {CompiledGraphRecord.STREAM: partial(capture.take, iteration.index)}
+    counts = counters(capture)
+    if counts:
+        streams[CompileCountersRecord.STREAM] = counts
+    return streams
 
 
 @hookimpl
@@ -119,8 +123,9 @@ def jobprof_session_end(session: PluginSession) -> None:
     if capture is None:
         return
     capture.remove()
-    session.set_info(KEY, {"graphs": capture.identities(),
-                           "kernel_profile": session.config.get(KEY) == KERNELS})
+    graphs = capture.identities()
+    if graphs:  # a job that compiled nothing gets no section
+        session.set_info(KEY, {"graphs": graphs, "kernel_profile": session.config.get(KEY) == KERNELS})
     before = session.attached("fusion_op.kernel_profile")
     if before is not None:
         config = sys.modules.get("torch._inductor.config")

@@ -149,6 +149,11 @@ class GraphCapture:
         keys = ("model_id", "model_name", "compile_id", "phase", "cache_key", "first_iteration")
         return [{k: record[k] for k in keys} for record in list(self._known)]
 
+    def seen_any(self) -> bool:
+        """Whether Inductor handed out a graph in this process yet."""
+        with self._lock:
+            return bool(self._known or self._pending)
+
     def recompiles(self) -> int:
         """Compile ids ``frame/k`` with ``k > 0`` among the graphs seen."""
         with self._lock:
@@ -171,4 +176,6 @@ def counters(capture: GraphCapture) -> list[dict[str, Any]]:
         total = frames.get("total") if frames is not None else None
     except Exception:  # mutated under us by another thread's compile: next iteration
         return []
+    if not (unique or broke or total or capture.seen_any()):
+        return []  # Dynamo imported (torch.optim does) but nothing compiled: no record
     return [CompileCountersRecord(unique, broke, total, capture.recompiles()).to_raw()]
