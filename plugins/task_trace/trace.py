@@ -54,11 +54,10 @@ def event_limit(ctx: ExportContext) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else DEFAULT_LIMIT
 
 
-def _capped(ctx: ExportContext, limit: int, kept: int, total: int, what: str) -> None:
-    """Say it once per profile (the core lists the iterations) and in the file itself."""
+def _capped(ctx: ExportContext, limit: int, what: str) -> None:
+    """Say it once per profile (the core lists the iterations); the file marks the cut itself."""
     ctx.notes.append(f"{what} capped at {LIMIT_KEY}={limit} operator-tier events (the first "
                      f"in time order; op_summary and task_time CSVs keep every task)")
-    ctx.memo.setdefault("task_trace.capped", {})[what] = (kept, total)
 
 
 def _cutoff(host_starts: list[int], task_starts: list[int], limit: int) -> int | None:
@@ -107,7 +106,7 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
                   tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.models,
                   tab.fused_args, strict=True), keep)]
     if keep < total:
-        _capped(ctx, limit, keep, total, "task_time timeline")
+        _capped(ctx, limit, "task_time timeline")
         events.append(_marker(pid, tab.ts[keep], keep, total, limit))
     meta = dumps(timeline.metadata)
     return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
@@ -197,7 +196,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events)
     if cut is not None:
         kept = len(hosts) + _PER_TASK * n_tasks
-        _capped(ctx, limit, kept, total, "master timeline")
+        _capped(ctx, limit, "master timeline")
         events.append(_marker(host_pid, (cut + offset) / 1000, kept, total, limit))
     timeline.add_text(events)
     _add_overlap(ctx, timeline, view)
