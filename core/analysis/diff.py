@@ -1,6 +1,6 @@
 """``jobprof diff``: what got slower or faster between two profiles (before / after a change).
 
-Each side is read once: every selected iteration's breakdown (:func:`jobprof.analysis.summary.iteration_rows`,
+Each side is read once: every selected iteration's breakdown (:func:`jobprof.analysis.facts.iteration_rows`,
 the same parts ``jobprof summary`` shows) and, per rank, the tables plugins contribute through
 ``jobprof_diff_tables`` (:class:`~jobprof.plugin.types.DiffTable`: task_trace's operator types,
 hccl's collectives, ...).  Counts and times are normalised per iteration of one rank, because
@@ -23,10 +23,10 @@ from typing import Any
 import attrs
 
 from jobprof.analysis import breakdown
+from jobprof.analysis.facts import Progress, iteration_rows, quiet
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection, narrowed
 from jobprof.analysis.stats import p95
-from jobprof.analysis.summary import Progress, iteration_rows, quiet
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.types import DiffCount, DiffTable
 

@@ -11,7 +11,7 @@ cache, which keeps memory bounded on long runs.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -41,8 +41,14 @@ def find_prof_dir(path: Path) -> Path:
     return found[-1]
 
 
+#: facts of a device gathered by :mod:`jobprof.analysis.facts`: ``{"plugins": {name: value}, ...}``
+Facts = dict[str, Any]
+
+
 class Profile:
-    def __init__(self, path: Path, selection: Selection = ALL) -> None:
+    def __init__(self, path: Path, selection: Selection = ALL, device: int | None = None) -> None:
+        """``device``: hold that one device alone (a worker reducing it), whatever its rank;
+        the other folders are listed but none of their files is opened."""
         self.path = find_prof_dir(Path(path))
         self.selection = selection
         every = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
@@ -50,7 +56,13 @@ class Profile:
         self._finished: dict[int, bool] = {}
         self._all_devices = sorted(every)
         self._folders = every
-        self._devices = {dev: d for dev, d in every.items() if selection.has_rank(self._rank(dev, d))}
+        if device is not None:
+            if device not in every:
+                raise FileNotFoundError(f"{self.path}: no device_{device} folder")
+            self._devices = {device: every[device]}
+        else:
+            self._devices = {dev: d for dev, d in every.items() if selection.has_rank(self._rank(dev, d))}
+        self._facts: dict[int, Facts] = {}
         # device -> stream -> tagged records; devices whose light streams are all cached
         self._cache: dict[int, dict[str, list[Any]]] = {}
         self._heavy: dict[int, set[str]] = {}
@@ -92,9 +104,27 @@ class Profile:
     def folder(self, device: int) -> Path:
         return self._devices[device]
 
+    # -- gathered facts (jobprof_rank_facts) -------------------------------------------------
+    def attach_facts(self, device: int, facts: Facts) -> None:
+        """Hand the profile a device's gathered facts: :meth:`facts` and :meth:`iterations`
+        answer from them, with no raw read."""
+        self._facts[device] = facts
+
+    def facts(self, plugin: str, device: int, compute: Callable[[Profile, int], Any]) -> Any:
+        """What ``plugin``'s ``jobprof_rank_facts`` answered for ``device``: the gathered answer
+        (a facts file, a worker's) when the command gathered facts, else ``compute(self,
+        device)`` here (a Profile made by hand, a plugin loaded after the facts were written)."""
+        gathered = self._facts.get(device)
+        if gathered is not None and plugin in gathered.get("asked", ()):
+            return gathered["plugins"].get(plugin)
+        return compute(self, device)
+
     # -- raw data -------------------------------------------------------------------------
     def iterations(self, device: int) -> list[Iteration]:
-        return [Iteration.from_record(r) for r in self.records(rawstore.ITERATION_STREAM, device)]
+        gathered = self._facts.get(device)
+        records = gathered["iterations"] if gathered is not None else \
+            self.records(rawstore.ITERATION_STREAM, device)
+        return [Iteration.from_record(r) for r in records]
 
     def streams(self, device: int) -> Iterator[tuple[int, dict[str, list[Any]]]]:
         """Each selected iteration's raw streams as stored, ``(index, {stream: records})``: for

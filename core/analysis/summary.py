@@ -10,84 +10,21 @@ value nobody could measure is ``null``.
 
 from __future__ import annotations
 
-import itertools
 import re
 import statistics
-from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypedDict
 
 import attrs
 
-from jobprof.analysis import breakdown, findings
+from jobprof.analysis import facts, findings
+from jobprof.analysis.facts import Progress, quiet
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.stats import describe
-from jobprof.files import rawstore
 from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.types import NA, Iteration, Section
+from jobprof.plugin.types import NA, Section
 
 SCHEMA = "jobprof.summary/1"
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")
-
-Progress = Callable[[Iterable[Any], int | None, str], Iterable[Any]]
-
-
-def quiet(items: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
-    """The :data:`Progress` that shows nothing."""
-    return items
-
-
-def _ms(ns: int | None) -> float | None:
-    return None if ns is None else ns / 1e6
-
-
-def iteration_rows(profile: Profile, manager: PluginManager, device: int,
-                   progress: Progress = quiet) -> Iterator[dict[str, Any]]:
-    """One row per selected iteration of ``device``: its time and parts in ms, and their basis."""
-    rank = profile.rank(device)
-    for index, streams in progress(profile.streams(device), None, f"rank {rank}"):
-        records = streams.get(rawstore.ITERATION_STREAM) or []
-        if not records:
-            continue
-        it = Iteration.from_record(records[0])
-        answers = manager.iteration_spans(it, streams)
-        spans = breakdown.collect(a for _, a in answers)
-        if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
-            spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
-        parts, basis = breakdown.paint(it, spans)
-        yield {"rank": rank, "device": device, "iteration": index, "start_ns": it.start_ns,
-               "skipped": it.skipped, "iteration_ms": _ms(it.end_ns - it.start_ns),
-               **{f"{p}_ms": _ms(v) for p, v in parts.items()}, "_basis": basis}
-
-
-def _gaps(indices: list[int]) -> list[str]:
-    """Gaps in a rank's iteration numbers, as ``"5-9"`` ranges (computed from the ends, never
-    expanded: a raw line's index of 2**62 must not cost memory)."""
-    return [f"{a + 1}-{b - 1}" if b > a + 2 else str(a + 1)
-            for a, b in itertools.pairwise(sorted(set(indices))) if b > a + 1]
-
-
-def _rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    info = profile.info(device)
-    job = info.get("jobprof", {}) if isinstance(info.get("jobprof"), dict) else {}
-    index = [r["iteration"] for r in rows]
-    series = {"iteration": [r["iteration_ms"] for r in rows],
-              **{p: [r[f"{p}_ms"] for r in rows] for p in breakdown.PARTS}}
-    total = sum(series["iteration"])
-    share = {p: (sum(v for v in series[p] if v is not None) / total
-                 if total and any(v is not None for v in series[p]) else None) for p in breakdown.PARTS}
-    basis: dict[str, str] = {}
-    for r in rows:
-        basis.update(r["_basis"])
-    return {
-        "rank": profile.rank(device), "device": device, "hostname": info.get("hostname"),
-        "pid": info.get("pid"), "finished": profile.finished(device),
-        "iteration_method": job.get("iteration_method"), "world_size": job.get("world_size"),
-        "iterations": {"count": len(rows), "first": index[0] if index else None,
-                       "last": index[-1] if index else None, "gaps": _gaps(index)},
-        "breakdown_ms": {k: describe(v, index) for k, v in series.items()},
-        "share": share, "basis": basis,
-    }
-
 
 class _RankTimes(TypedDict):
     """One iteration present on two or more ranks: each rank's busy and iteration time (ms)."""
@@ -170,14 +107,23 @@ def section_json(section: Section) -> dict[str, Any]:
             "findings": [attrs.asdict(f) for f in section.findings]}
 
 
-def summarize(profile: Profile, manager: PluginManager, progress: Progress = quiet) -> dict[str, Any]:
-    """The whole model; plugins' sections included.  Memory: one small row per iteration and rank."""
+def summarize(profile: Profile, manager: PluginManager, progress: Progress = quiet, engine: str = "local",
+              jobs: int | None = 1, scheduler: str | None = None) -> dict[str, Any]:
+    """The whole model; plugins' sections included.
+
+    Each selected rank is reduced to its facts (:mod:`jobprof.analysis.facts`: its facts file,
+    or computed on ``engine`` with ``jobs`` workers, None: every core), then combined here:
+    memory is one small row per iteration and rank plus the plugins' aggregates.  The model does
+    not depend on the engine.
+    """
+    gathered = facts.gather(profile, manager, engine, jobs, scheduler,
+                            progress if progress is not quiet else None)
     rows_by_rank: dict[int, list[dict[str, Any]]] = {}
     ranks = []
     for device in profile.devices:
-        rows = list(iteration_rows(profile, manager, device, progress))
-        ranks.append(_rank_entry(profile, device, rows))
-        rows_by_rank[profile.rank(device)] = rows
+        kept = gathered[device]
+        ranks.append(kept["entry"])
+        rows_by_rank[kept["rank"]] = kept["rows"]
     sections: list[Section] = [s for _, found in manager.report_sections(profile)
                                for s in found or ()]
     model: dict[str, Any] = {

@@ -43,6 +43,21 @@ def add_selection(p: argparse.ArgumentParser, iterations_help: str = "") -> None
                    help="only rank R (rank_id in info.json, else the device id); repeat or R1,R2 for several")
 
 
+def add_engine(p: argparse.ArgumentParser) -> None:
+    """``--engine``, ``--jobs`` and ``--scheduler``: where the ranks are reduced."""
+    from jobprof.analysis.facts import DASK_SCHEDULER, ENGINES, default_jobs
+
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where ranks without a valid facts file are reduced: local (this machine's "
+                        "cores) or dask (a Dask cluster; pip install 'jobprof[cluster]')")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help=f"worker processes (default: every core, {default_jobs()} here; 1 reads in "
+                        "this process); with --engine dask, the local cluster's workers")
+    p.add_argument("--scheduler", metavar="ADDR",
+                   help=f"with --engine dask: the scheduler's address (default ${DASK_SCHEDULER}, "
+                        "else a local cluster of --jobs workers)")
+
+
 def selection(args: argparse.Namespace, iterations: str | None = None) -> Selection:
     """The selection the arguments ask for (ValueError names a bad ``--iterations``)."""
     ranks = None if args.rank is None else [r for group in args.rank for r in group]

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.analysis import cann8
+from jobprof.analysis import cann8, facts
 from jobprof.analysis.merge import MergeError
 from jobprof.analysis.profile import find_prof_dir
 from jobprof.analysis.selection import ranges
@@ -54,6 +54,10 @@ def run(args: argparse.Namespace) -> int:
         unusable += unreadable
     if unusable and not exported:
         status = 1
+    # every rank reduced once, here, so that summary and report read no raw data again
+    with rawstore.reporting(lambda text: print(f"  problem: {text}", file=sys.stderr)):
+        kept = facts.write(prof, manager)
+    print(f"facts: {len(kept)} of {len(devices)} device(s) reduced (device_<id>/data/facts.<id>.json)")
     if args.layout == "cann8":
         try:
             with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from jobprof.analysis.report import render
-from jobprof.cli._common import add_prof_dir, add_selection
+from jobprof.cli._common import add_engine, add_prof_dir, add_selection
 from jobprof.cli.summary import load, usable
 from jobprof.files import fsio
 
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the HTML file to write (default: report.html in the current directory; "
                         "- for standard output)")
     add_selection(p)
+    add_engine(p)
     p.set_defaults(func=run)
 
 

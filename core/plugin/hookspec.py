@@ -16,7 +16,8 @@ Lifecycle of one profiled process::
     export         jobprof_writers(config)             by the exporter (in-process and `jobprof export`)
                    jobprof_aic_metrics(name)           once per export: the chosen metric group
                    jobprof_timeline(ctx, timeline)     per iteration, for the master timeline
-    reporting      jobprof_report_sections(profile)    by `jobprof summary` and `jobprof report`
+    reporting      jobprof_rank_facts(profile, device)  per device: aggregates kept in its facts file
+                   jobprof_report_sections(profile)    by `jobprof summary` and `jobprof report`
                    jobprof_iteration_spans(iteration, streams)   by `jobprof summary`, per iteration
                    jobprof_breakdown_sources()         by `jobprof summary`: who measures which part
                    jobprof_diff_tables(profile, device)   by `jobprof diff`, per device of each side
@@ -272,6 +273,30 @@ def jobprof_iteration_spans(iteration: Iteration, streams: Mapping[str, list]) -
         def jobprof_iteration_spans(iteration, streams):
             waits = [(r["t0"], r["t1"]) for r in streams.get("my_loader", ())]
             return {"data_wait": waits} if waits else None
+    """
+
+
+@hookspec
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    """Return this plugin's aggregates of one device, for its report sections to combine.
+
+    The map half of the analysis commands' map/reduce: called once per device, on a
+    :class:`~jobprof.analysis.profile.Profile` that holds that device alone, wherever the device
+    is reduced: in the command's process, a worker process (``--jobs``), a Dask worker
+    (``--engine dask``), or by the exporter (the session's exit export and ``jobprof export``),
+    which keeps every plugin's answer in the device's facts file so that later commands read no
+    raw data.  Return JSON-ready data (dicts with ``str`` keys, lists, str, int, float, bool,
+    None) computed from this device alone, or None when it has none of your data.  Your
+    :func:`jobprof_report_sections` reads it back with ``profile.facts(<plugin name>, device,
+    <this function>)``, which calls the function itself where no facts were gathered.  Keep it
+    small (aggregates, not records): a 1,000-rank summary holds every device's answer at once.
+
+    Example::
+
+        @hookimpl
+        def jobprof_rank_facts(profile, device):
+            temps = [r["celsius"] for r in profile.records("gpu_temp", device)]
+            return {"max_c": max(temps), "samples": len(temps)} if temps else None
     """
 
 

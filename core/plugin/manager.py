@@ -27,6 +27,7 @@ wins, otherwise the first on ``sys.path``; the other is failed.
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import threading
@@ -456,6 +457,11 @@ class PluginManager(pluggy.PluginManager):
         """``jobprof_iteration_spans`` of every loaded plugin: ``(plugin, {category: spans})``."""
         return self._answers("jobprof_iteration_spans", False, iteration=iteration, streams=streams)
 
+    def rank_facts(self, profile: Profile, device: int) -> list[tuple[str, Any]]:
+        """``jobprof_rank_facts(profile, device)`` of every loaded plugin: ``(plugin, facts)``,
+        the facts as JSON gives them back (tuples read as lists), whichever way they travel."""
+        return self._answers("jobprof_rank_facts", False, profile=profile, device=device)
+
     def report_sections(self, profile: Profile) -> list[tuple[str, list[Section]]]:
         """``jobprof_report_sections(profile)`` of every loaded plugin: ``(plugin, sections)``."""
         return self._answers("jobprof_report_sections", False, profile=profile)
@@ -597,12 +603,21 @@ def _as_list(result: Any, kind: type) -> list:
     return items
 
 
+def _check_facts(manager: PluginManager, plugin: str, result: Any) -> Any:
+    # the same value in this process, a worker's and a facts file: what JSON gives back
+    try:
+        return json.loads(json.dumps(result, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"facts that are not JSON ({exc})") from None
+
+
 #: result validators by hook: they raise ContractError, which fails the plugin by name
 CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
     "jobprof_options_schema": _check_schema,
     "jobprof_iteration_end": _check_streams,
     "jobprof_writers": _check_writers,
     "jobprof_report_sections": _check_sections,
+    "jobprof_rank_facts": _check_facts,
     "jobprof_iteration_spans": _check_spans,
     "jobprof_aic_metrics": _check_metrics,
     "jobprof_diff_tables": lambda manager, plugin, result: _as_list(result, DiffTable),

@@ -303,6 +303,21 @@ class Session:
             except OSError as exc:
                 self.reporter.error(f"cannot write end_info in {self.device_dir}: "
                                     f"{exc.strerror or exc}")
+            if not sink.failed and not self._hurried and self._signal_during_finish is None \
+                    and self.device_id is not None:
+                self._write_facts(self.device_id)
+
+    def _write_facts(self, device: int) -> None:
+        """Reduce this rank once, now, into its facts file: ``summary`` and ``report`` then read
+        no raw data of it (a SIGTERM'd exit skips it: the commands compute the facts instead)."""
+        try:
+            from jobprof.analysis import facts  # the analysis side: only at exit
+
+            facts.write(self.job_dir, self.manager,
+                        devices=[device])
+        except Exception as exc:  # a cache: the job's exit never fails for it
+            self.reporter.warning(f"could not write the facts file in {self.device_dir}: {exc!r} "
+                                  "(summary and report will read the raw data instead)")
 
     # -- internals -------------------------------------------------------------------------
     def _go_live(self) -> bool:

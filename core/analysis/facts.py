@@ -1,0 +1,307 @@
+"""Reduce each rank where its data is: the map half of ``summary`` / ``report``.
+
+A device's *facts* are everything the analysis commands need of it, computed from its raw data in
+one pass: its iteration records, the per-iteration breakdown rows of
+:func:`jobprof.analysis.summary.iteration_rows`, its rank entry, every plugin's
+``jobprof_rank_facts`` aggregates and the read problems met on the way.  They are small (a row
+per iteration and a few aggregates), so the cross-rank half (:func:`jobprof.analysis.summary.
+summarize`) holds every rank's at once and reads no raw record.
+
+Where they come from, cheapest first:
+
+- the device's facts file, ``device_<id>/data/facts.<id>.json``, written by the exporter (the
+  session's exit export and ``jobprof export``) and valid while the raw data, the rendered files
+  and the set of plugins that answer ``jobprof_rank_facts`` are what they were (its ``stamp``);
+  only for the whole profile (``--iterations`` narrows what a plugin aggregates: facts of a window
+  are computed);
+- computed, on one of the engines of :data:`ENGINES`: ``local`` (this process with ``jobs=1``,
+  else a pool of worker processes, one device per task) or ``dask`` (one task per device on a
+  Dask cluster: the scheduler at ``--scheduler`` or ``DASK_SCHEDULER_ADDRESS``, else a local
+  cluster of ``jobs`` worker processes).  Each task reduces one device from its own files, so a
+  worker needs jobprof installed and the PROF_ folder at the same path (a shared file system).
+
+Whatever the engine, a device's facts are the same JSON, so the model a command prints is the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from jobprof.analysis import breakdown
+from jobprof.analysis.profile import Facts, Profile
+from jobprof.analysis.selection import Selection
+from jobprof.analysis.stats import describe
+from jobprof.files import fsio, rawstore
+from jobprof.plugin.manager import DISABLE_ENV, PluginManager
+from jobprof.plugin.reporter import Reporter
+from jobprof.plugin.types import Iteration
+
+SCHEMA = "jobprof.facts/1"
+ENGINES = ("local", "dask")
+#: the environment variable Dask (and Nsight Systems' recipes) read for a scheduler's address
+DASK_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
+
+
+
+def path(folder: Path, device: int) -> Path:
+    """A device's facts file."""
+    return folder / "data" / f"facts.{device}.json"
+
+
+def _files_stamp(folder: Path) -> list[Any]:
+    """What the facts were computed from, as cheap ``stat`` values: every raw segment and Kineto
+    window folder (name, size, mtime), the rendered folders (mtime: a file added, removed or
+    replaced by a rename changes it) and whether the job finished."""
+    stamp: list[Any] = []
+    for segment in rawstore.segments(folder):
+        st = segment.stat()
+        stamp.append([segment.name, st.st_size, st.st_mtime_ns])
+    for sub in ("data/kineto", "summary", "timeline"):
+        try:
+            stamp.append([sub, (folder / sub).stat().st_mtime_ns])
+        except OSError:
+            stamp.append([sub, None])
+    for name in sorted([*folder.glob("end_info.*"), *folder.glob("info.json.*")]):
+        stamp.append([name.name, name.stat().st_size])
+    return stamp
+
+
+def stamp(folder: Path, asked: Iterable[str]) -> list[Any]:
+    """The facts file's validity key: the schema, the plugins asked, the files read."""
+    return [SCHEMA, sorted(asked), _files_stamp(folder)]
+
+
+def asked_plugins(manager: PluginManager) -> list[str]:
+    """The loaded plugins that answer ``jobprof_rank_facts`` (a plugin not asked falls back to
+    computing its aggregates from the raw data in :meth:`Profile.facts`)."""
+    return sorted({impl.plugin_name for impl in manager.hook.jobprof_rank_facts.get_hookimpls()
+                   if not impl.wrapper and manager.has_plugin(impl.plugin_name)})
+
+
+Progress = Callable[[Iterable[Any], int | None, str], Iterable[Any]]
+
+
+def quiet(items: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
+    """The :data:`Progress` that shows nothing."""
+    return items
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else ns / 1e6
+
+
+def iteration_rows(profile: Profile, manager: PluginManager, device: int,
+                   progress: Progress = quiet) -> Iterator[dict[str, Any]]:
+    """One row per selected iteration of ``device``: its time and parts in ms, and their basis."""
+    rank = profile.rank(device)
+    for index, streams in progress(profile.streams(device), None, f"rank {rank}"):
+        records = streams.get(rawstore.ITERATION_STREAM) or []
+        if not records:
+            continue
+        it = Iteration.from_record(records[0])
+        answers = manager.iteration_spans(it, streams)
+        spans = breakdown.collect(a for _, a in answers)
+        if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
+            spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
+        parts, basis = breakdown.paint(it, spans)
+        yield {"rank": rank, "device": device, "iteration": index, "start_ns": it.start_ns,
+               "skipped": it.skipped, "iteration_ms": _ms(it.end_ns - it.start_ns),
+               **{f"{p}_ms": _ms(v) for p, v in parts.items()}, "_basis": basis}
+
+
+def _gaps(indices: list[int]) -> list[str]:
+    """Gaps in a rank's iteration numbers, as ``"5-9"`` ranges (computed from the ends, never
+    expanded: a raw line's index of 2**62 must not cost memory)."""
+    return [f"{a + 1}-{b - 1}" if b > a + 2 else str(a + 1)
+            for a, b in itertools.pairwise(sorted(set(indices))) if b > a + 1]
+
+
+def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A rank's line of the model: who it is, its iterations, its breakdown statistics."""
+    info = profile.info(device)
+    job = info.get("jobprof", {}) if isinstance(info.get("jobprof"), dict) else {}
+    index = [r["iteration"] for r in rows]
+    series = {"iteration": [r["iteration_ms"] for r in rows],
+              **{p: [r[f"{p}_ms"] for r in rows] for p in breakdown.PARTS}}
+    total = sum(series["iteration"])
+    share = {p: (sum(v for v in series[p] if v is not None) / total
+                 if total and any(v is not None for v in series[p]) else None) for p in breakdown.PARTS}
+    basis: dict[str, str] = {}
+    for r in rows:
+        basis.update(r["_basis"])
+    return {
+        "rank": profile.rank(device), "device": device, "hostname": info.get("hostname"),
+        "pid": info.get("pid"), "finished": profile.finished(device),
+        "iteration_method": job.get("iteration_method"), "world_size": job.get("world_size"),
+        "iterations": {"count": len(rows), "first": index[0] if index else None,
+                       "last": index[-1] if index else None, "gaps": _gaps(index)},
+        "breakdown_ms": {k: describe(v, index) for k, v in series.items()},
+        "share": share, "basis": basis,
+    }
+
+
+def reduce_device(profile: Profile, manager: PluginManager, device: int,
+                  progress: Progress = quiet) -> Facts:
+    """One device's facts, computed from its raw data (``profile`` holds that device)."""
+    problems: list[str] = []
+    with rawstore.reporting(problems.append):
+        rows = list(iteration_rows(profile, manager, device, progress))
+        entry = rank_entry(profile, device, rows)
+        iterations = list(profile.records(rawstore.ITERATION_STREAM, device))
+        plugins = {name: value for name, value in manager.rank_facts(profile, device)}
+    return {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
+            "selection": profile.selection.describe(), "entry": entry, "rows": rows,
+            "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
+            "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}
+
+
+def _plain(facts: Facts) -> Facts:
+    # what a facts file or a worker gives back: the same value whichever way it came
+    return json.loads(json.dumps(facts, allow_nan=False))
+
+
+def read_cached(profile: Profile, device: int, asked: list[str]) -> Facts | None:
+    """The device's facts file when it holds the whole profile and is still valid; else None."""
+    if profile.selection.iterations is not None:
+        return None
+    folder = profile.folder(device)
+    try:
+        with open(path(folder, device), "rb") as handle:
+            kept = json.loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, asked) \
+            or not isinstance(kept.get("facts"), dict):
+        return None
+    facts: Facts = kept["facts"]
+    return facts
+
+
+def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None = None) -> list[Path]:
+    """Compute and keep the facts of ``devices`` (default every one) of a whole profile; the
+    exporter's last step.  A device whose facts cannot be written is named and skipped."""
+    written = []
+    for device in devices if devices is not None else Profile(prof_dir).all_devices:
+        profile = Profile(prof_dir, device=device)
+        folder = profile.folder(device)
+        asked = asked_plugins(manager)
+        key = stamp(folder, asked)  # before the read: a change meanwhile makes it stale, not wrong
+        facts = _plain(reduce_device(profile, manager, device))
+        target = path(folder, device)
+        try:
+            fsio.atomic_write(target, json.dumps({"stamp": key, "facts": facts}, separators=(",", ":")),
+                              root=profile.path)
+        except OSError as exc:
+            rawstore.problem(f"{target}: cannot write the facts file ({exc}): commands will read "
+                             "the raw data instead")
+            continue
+        written.append(target)
+    return written
+
+
+# -- engines ----------------------------------------------------------------------------------
+def _task(prof_dir: str, device: int, iterations: tuple[int, int] | None, disabled: str) -> Facts:
+    """One device reduced in a worker (a pool's process or a Dask worker): the entry points
+    loaded as the command loaded them (``disabled``: its JOBPROF_DISABLE_PLUGINS), the facts as
+    plain JSON."""
+    manager = PluginManager(Reporter())
+    manager.load_entry_points({DISABLE_ENV: disabled})
+    profile = Profile(Path(prof_dir), Selection(iterations), device=device)
+    return _plain(reduce_device(profile, manager, device))
+
+
+def _local(tasks: list[tuple[str, int, tuple[int, int] | None, str]], jobs: int,
+           progress: Progress) -> Iterator[Facts]:
+    # imported here: concurrent.futures registers an atexit hook, refused during the job's exit
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    # spawn: a fresh interpreter per worker (a forked copy of a process with threads may hang)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(_task, *t) for t in tasks]
+        for future in progress(futures, len(futures), "ranks"):
+            yield future.result()
+
+
+def _dask(tasks: list[tuple[str, int, tuple[int, int] | None, str]], jobs: int,
+          scheduler: str | None, progress: Progress) -> Iterator[Facts]:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise ValueError("--engine dask needs Dask: pip install 'jobprof[cluster]' "
+                         "(dask[distributed])") from None
+    address = scheduler or os.environ.get(DASK_SCHEDULER)
+    cluster = None
+    if address:
+        client = Client(address)
+    else:  # a local cluster of worker processes, as Nsight Systems' dask-futures mode starts
+        cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+        client = Client(cluster)
+    try:
+        futures = client.map(_task, *zip(*tasks, strict=True), pure=False)
+        for future in progress(futures, len(futures), "ranks"):
+            yield future.result()
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def default_jobs() -> int:
+    """Every core this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs: int | None = None,
+           scheduler: str | None = None, progress: Progress | None = None) -> dict[int, Facts]:
+    """Every selected device's facts, from its facts file or computed on ``engine``; each is
+    also attached to ``profile`` (:meth:`Profile.attach_facts`) and its read problems reported
+    again here, in device order."""
+    if engine not in ENGINES:
+        raise ValueError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    jobs = default_jobs() if jobs is None else jobs
+    if jobs < 1:
+        raise ValueError(f"--jobs {jobs}: expected 1 or more")
+    show = progress or (lambda items, total, desc: items)
+    asked = asked_plugins(manager)
+    found: dict[int, Facts] = {}
+    todo = []
+    for device in profile.devices:
+        cached = read_cached(profile, device, asked)
+        if cached is not None:
+            found[device] = cached
+        else:
+            todo.append(device)
+    disabled = os.environ.get(DISABLE_ENV, "")
+    if engine == "local" and (jobs == 1 or len(todo) <= 1):
+        for device in todo:
+            one = Profile(profile.path, profile.selection, device=device)
+            found[device] = _plain(reduce_device(one, manager, device, progress or quiet))
+    elif todo:
+        tasks = [(str(profile.path), d, profile.selection.iterations, disabled) for d in todo]
+        run = _local(tasks, min(jobs, len(todo)), show) if engine == "local" else \
+            _dask(tasks, jobs, scheduler, show)
+        for facts in run:
+            found[facts["device"]] = facts
+    out = {}
+    for device in profile.devices:
+        facts = found[device]
+        for text in facts.get("problems", ()):
+            rawstore.problem(text)
+        profile.attach_facts(device, facts)
+        out[device] = facts
+    return out
+
+
+def by_device(facts: Mapping[int, Facts]) -> list[Facts]:
+    """Facts in device order."""
+    return [facts[d] for d in sorted(facts)]

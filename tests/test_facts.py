@@ -1,0 +1,171 @@
+"""Each rank reduced once to its facts: written at the job's exit and by ``jobprof export``, read by
+``summary`` / ``report`` instead of the raw data, computed on any engine with the same answer.
+
+One real 2-rank gloo DDP job (torchrun, training_trace + hccl + dp + msproftx + task_trace l0) is
+profiled once; each test works on its own copy of the profile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, jobprof_cli, torchrun
+from jobprof.analysis import facts, summary
+from jobprof.analysis.profile import Profile
+from jobprof.files import rawstore
+from jobprof.plugin.hookspec import hookimpl
+from jobprof.plugin.manager import PluginManager
+from jobprof.plugin.reporter import Reporter
+
+ROOT = Path(__file__).resolve().parent.parent
+OPTIONS = {"training_trace": "on", "hccl": "on", "dp": "on", "msproftx": "on", "task_trace": "l0"}
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    runner = Runner(tmp_path_factory.mktemp("facts"))
+    launcher = torchrun(runner, ROOT / "examples" / "train_ddp.py", 2, "--steps", "12")
+    runner.run(launcher, OPTIONS, timeout=300)
+    (prof,) = runner.prof_dirs()
+    return prof
+
+
+@pytest.fixture
+def prof(made: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "out" / made.name
+    shutil.copytree(made, copy)
+    return copy
+
+
+def _files(prof: Path) -> list[Path]:
+    return sorted(prof.glob("device_*/data/facts.*.json"))
+
+
+def _model(prof: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    proc = jobprof_cli("summary", "--json", str(prof), *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _manager() -> PluginManager:
+    manager = PluginManager(Reporter())
+    manager.load_entry_points()
+    return manager
+
+
+def test_the_job_writes_each_ranks_facts_at_exit(prof: Path) -> None:
+    files = _files(prof)
+    assert [f.name for f in files] == ["facts.0.json", "facts.1.json"]
+    for device, path in enumerate(files):
+        kept = json.loads(path.read_text())
+        assert kept["stamp"] == facts.stamp(path.parent.parent, facts.asked_plugins(_manager()))
+        mine = kept["facts"]
+        assert (mine["schema"], mine["device"], mine["rank"]) == (facts.SCHEMA, device, device)
+        assert [r["iteration"] for r in mine["rows"]] == list(range(1, 13))
+        assert len(mine["iterations"]) == 12 and mine["problems"] == []
+        # aggregates, not records: far smaller than the raw data it was computed from
+        assert path.stat().st_size < sum(s.stat().st_size for s in rawstore.segments(path.parent.parent))
+
+
+def test_summary_reads_the_facts_and_no_raw_data(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = _manager()
+    expected = summary.summarize(Profile(prof), manager)  # from the facts files
+
+    def refused(*_: object) -> None:
+        raise AssertionError("a raw read while every rank's facts file is valid")
+
+    monkeypatch.setattr(rawstore, "read", refused)
+    again = summary.summarize(Profile(prof), manager)
+    assert again == expected
+    assert [r["rank"] for r in again["ranks"]] == [0, 1]
+    assert {"communication", "markers"} <= set(again["sections"])
+
+
+def test_every_engine_and_the_facts_files_give_the_same_model(prof: Path) -> None:
+    cached = _model(prof)
+    for path in _files(prof):  # an old profile: no facts file, everything computed from raw data
+        path.unlink()
+    serial = _model(prof, "--jobs", "1")
+    pooled = _model(prof, "--jobs", "2")
+    dask = _model(prof, "--engine", "dask", "--jobs", "2")
+    assert serial == cached
+    assert pooled == cached
+    assert dask == cached
+    assert not _files(prof), "summary is read-only: it computes facts, it does not write them"
+    model = json.loads(cached)
+    assert model["cross_rank"]["iterations_compared"] == 12
+
+
+def test_the_report_takes_the_engine_too(prof: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.html"
+    proc = jobprof_cli("report", str(prof), "-o", str(out), "--jobs", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "<svg" in out.read_text()
+
+
+def test_a_stale_facts_file_is_not_used(prof: Path) -> None:
+    truth = json.loads(_model(prof))
+    path = _files(prof)[1]
+    kept = json.loads(path.read_text())
+    kept["facts"]["rows"][0]["iteration_ms"] = 123456.0  # planted: shows whether the file is read
+    path.write_text(json.dumps(kept))
+    planted = json.loads(_model(prof))
+    assert planted["iterations"][12]["iteration_ms"] == 123456.0
+    # a window: facts of the whole run do not answer for part of it
+    window = json.loads(_model(prof, "--iterations", "1-5"))
+    assert window["iterations"][5]["iteration_ms"] == truth["iterations"][12]["iteration_ms"]
+    # the raw data changes (here only its mtime): the file is stale, the rank is computed again
+    segment = rawstore.segments(path.parent.parent)[0]
+    os.utime(segment, ns=(segment.stat().st_atime_ns, segment.stat().st_mtime_ns + 10**9))
+    assert json.loads(_model(prof)) == truth
+
+
+def test_export_rebuilds_the_facts_files(prof: Path) -> None:
+    before = _model(prof)
+    for path in _files(prof):
+        path.unlink()
+    proc = jobprof_cli("export", str(prof))
+    assert proc.returncode == 0, proc.stderr
+    assert "facts: 2 of 2 device(s) reduced" in proc.stdout
+    assert len(_files(prof)) == 2
+    assert _model(prof) == before
+
+
+def test_export_never_writes_facts_through_a_symlink(prof: Path, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.json"
+    victim.write_text("untouched")
+    path = _files(prof)[0]
+    path.unlink()
+    path.symlink_to(victim)
+    proc = jobprof_cli("export", str(prof))
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "untouched"
+    assert not path.is_symlink() and json.loads(path.read_text())["facts"]["device"] == 0
+
+
+class _NotJson:
+    @hookimpl
+    def jobprof_rank_facts(self, profile: Profile, device: int) -> object:
+        return {"a set": {1, 2}}
+
+
+def test_a_plugin_whose_facts_are_not_json_is_failed_by_name(prof: Path) -> None:
+    reporter = Reporter(stream=open(os.devnull, "w"))  # noqa: SIM115 (the reporter's stream for the test)
+    manager = PluginManager(reporter)
+    manager.load_entry_points()
+    manager.register(_NotJson(), name="not_json")
+    model = summary.summarize(Profile(prof), manager)
+    assert [r["rank"] for r in model["ranks"]] == [0, 1]
+    assert any("not_json" in m and "not JSON" in m for m in reporter.messages), reporter.messages
+
+
+def test_bad_engine_arguments_are_refused_by_name(prof: Path) -> None:
+    proc = jobprof_cli("summary", str(prof), "--jobs", "0")
+    assert proc.returncode == 2 and "--jobs 0" in proc.stderr
+    proc = jobprof_cli("summary", str(prof), "--engine", "spark")
+    assert proc.returncode == 2 and "spark" in proc.stderr
