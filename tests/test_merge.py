@@ -256,3 +256,15 @@ def test_memory_stays_bounded(job: Path, tmp_path: Path) -> None:
     size = sum(p.stat().st_size for p in job.glob(f"device_*/timeline/msprof_*_{MODEL}_*.json"))
     assert peaks[STEPS] < 1.5 * peaks[STEPS // 4], peaks
     assert peaks[STEPS] < size / 2, (peaks, size)  # far below holding every input at once
+
+
+def test_the_closing_line_of_a_many_rank_merge_gives_totals_and_extremes() -> None:
+    from jobprof.cli.merge import RANKS_LISTED, _per_rank
+
+    few = {str(r): {"events": 10 + r, "offset_us": 0.5 * r} for r in range(2)}
+    assert _per_rank(few) == "rank 0: 10 events (offset +0.0 us), rank 1: 11 events (offset +0.5 us)"
+    many = {str(r): {"events": 100 + (r % 7), "offset_us": -3.0 if r == 9 else 0.1} for r in range(40)}
+    line = _per_rank(many)
+    assert len(many) > RANKS_LISTED
+    assert line == ("40 ranks, 4,115 events (fewest: rank 0, 100; most: rank 6, 106); "
+                    "largest offset: rank 9, -3.0 us")

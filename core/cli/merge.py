@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from jobprof.analysis.merge import ALIGNS, FORMATS, JSON_EVENTS_MAX, MergeError, merge
 from jobprof.analysis.profile import find_prof_dir
@@ -56,11 +57,29 @@ def run(args: argparse.Namespace) -> int:
         return 2 if isinstance(exc, fsio.UnsafePath) else 1
     for note in result.notes:
         print(f"jobprof: {note}", file=sys.stderr)
-    per_rank = ", ".join(f"rank {rank}: {info['events']} events (offset {info['offset_us']:+.1f} us)"
-                         for rank, info in result.ranks.items())
+    per_rank = _per_rank(result.ranks)
     kind = "native Perfetto trace" if result.format == "perfetto" else "Chrome-trace JSON"
     print(f"{result.path}: {kind} ({result.format_reason}); {result.files} file(s), aligned by "
           f"{result.alignment.clock}; {per_rank}",
           file=sys.stderr if str(result.path) == fsio.STDOUT else sys.stdout)
     return 0
 
+
+
+#: above this many ranks the closing line gives totals and extremes instead of every rank
+RANKS_LISTED = 16
+
+
+def _per_rank(ranks: dict[str, dict[str, Any]]) -> str:
+    """What each rank contributed: every rank for a few, else the total, the extremes and the
+    largest clock offset (a 1,000-rank line would not be read)."""
+    if len(ranks) <= RANKS_LISTED:
+        return ", ".join(f"rank {rank}: {info['events']} events (offset {info['offset_us']:+.1f} us)"
+                         for rank, info in ranks.items())
+    events = {rank: int(info["events"]) for rank, info in ranks.items()}
+    fewest = min(events, key=lambda r: (events[r], int(r)))
+    most = max(events, key=lambda r: (events[r], -int(r)))
+    offset = max(ranks, key=lambda r: (abs(ranks[r]["offset_us"]), -int(r)))
+    return (f"{len(ranks)} ranks, {sum(events.values()):,} events (fewest: rank {fewest}, "
+            f"{events[fewest]:,}; most: rank {most}, {events[most]:,}); largest offset: rank {offset}, "
+            f"{ranks[offset]['offset_us']:+.1f} us")
