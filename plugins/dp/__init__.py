@@ -20,7 +20,7 @@ from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import Config, ExportContext, Iteration, PartSource, WriterSpec
 from jobprof.plugins.dp.loader import LoaderCollector
-from jobprof.plugins.dp.report import dp_sections, wait_spans
+from jobprof.plugins.dp.report import dp_sections, rank_facts, wait_spans
 from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
 
 if TYPE_CHECKING:
@@ -94,6 +94,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 @hookimpl
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_to_master(ctx, timeline)
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

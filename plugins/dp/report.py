@@ -18,54 +18,75 @@ if TYPE_CHECKING:
 DATA_BOUND_SHARE = 0.10
 
 
-def _ms(values: list[int]) -> str:
-    return f"{statistics.median(values) / 1e6:.3f}" if values else "N/A"
+def _median(values: list[Any]) -> Any:
+    return statistics.median(values) if values else None
+
+
+def rank_facts(profile: Profile, device: int) -> list[dict[str, Any]] | None:
+    """This device's DataLoaders, in loader order: per loader what its ``loader`` record said
+    (``about``: dataset, workers, where given), how many batches, the medians in ns (None
+    without a value) of the wait in ``next()``, the worker's fetch and collate and the batches
+    buffered at request, and the share of iteration time spent waiting over the ``kept``
+    iterations; None without a loader."""
+    windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
+    waited: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # loader, iteration
+    stats: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    names: dict[int, dict[str, Any]] = {}
+    for rec in profile.records("dp", device):
+        s = stats[rec.get("l", -1)]
+        if rec["k"] == "loader":
+            names[rec["l"]] = rec
+        elif rec["k"] == "next":
+            s["wait"].append(rec["t1"] - rec["t0"])
+            # the share counts waits inside iterations only (not e.g. worker start-up before
+            # the first step)
+            start, end = windows.get(rec["_iteration"], (0, 0))
+            waited[rec["l"]][rec["_iteration"]] += max(0, min(rec["t1"], end) - max(rec["t0"], start))
+            if rec["q0"] is not None:
+                s["buffered"].append(rec["q0"])
+            if "f" in rec:
+                s["fetch"].append(rec["f"][1] - rec["f"][0])
+                s["collate"].append(rec["f"][2] - rec["f"][1])
+        elif rec["k"] == "fetch":
+            s["fetch"].append(rec["t1"] - rec["t0"])
+            s["collate"].append(rec["t2"] - rec["t1"])
+    loaders = []
+    for loader in sorted(stats):
+        s, about = stats[loader], names.get(loader, {})
+        # time-weighted over the iterations that used the loader, the first one per worker
+        # left out: each worker's first batch holds its start-up (a spawned worker imports
+        # torch), which must not decide the verdict of a whole run.  Not a median of
+        # per-iteration shares: workers that finish together make those bimodal (a long
+        # wait, then a batch already there), and the median of a bimodal list flips
+        workers = about.get("workers")
+        start_up = workers if isinstance(workers, int) and workers > 0 else 1
+        used = sorted(i for i in waited[loader] if i in windows and windows[i][1] > windows[i][0])
+        kept = used[start_up:] or used
+        span = sum(windows[i][1] - windows[i][0] for i in kept)
+        share = sum(waited[loader][i] for i in kept) / span if span else 0.0
+        kept_about = {k: about[k] for k in ("dataset", "workers") if k in about}
+        loaders.append({"loader": loader, "about": kept_about,
+                        "batches": len(s["wait"]), "wait": _median(s["wait"]), "fetch": _median(s["fetch"]),
+                        "collate": _median(s["collate"]), "buffered": _median(s["buffered"]),
+                        "share": share, "kept": len(kept)})
+    return loaders or None
+
+
+def _ms(median: Any) -> str:
+    return f"{median / 1e6:.3f}" if median is not None else "N/A"
 
 
 def dp_sections(profile: Profile) -> list[Section]:
     rows, findings = [], []
     notes: list[str] = []
     for device in profile.devices:
-        windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
-        waited: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # loader, iteration
-        stats: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        names: dict[int, dict[str, Any]] = {}
-        for rec in profile.records("dp", device):
-            s = stats[rec.get("l", -1)]
-            if rec["k"] == "loader":
-                names[rec["l"]] = rec
-            elif rec["k"] == "next":
-                s["wait"].append(rec["t1"] - rec["t0"])
-                # the share counts waits inside iterations only (not e.g. worker start-up before
-                # the first step)
-                start, end = windows.get(rec["_iteration"], (0, 0))
-                waited[rec["l"]][rec["_iteration"]] += max(0, min(rec["t1"], end) - max(rec["t0"], start))
-                if rec["q0"] is not None:
-                    s["buffered"].append(rec["q0"])
-                if "f" in rec:
-                    s["fetch"].append(rec["f"][1] - rec["f"][0])
-                    s["collate"].append(rec["f"][2] - rec["f"][1])
-            elif rec["k"] == "fetch":
-                s["fetch"].append(rec["t1"] - rec["t0"])
-                s["collate"].append(rec["t2"] - rec["t1"])
-        for loader in sorted(stats):
-            s, about = stats[loader], names.get(loader, {})
-            # time-weighted over the iterations that used the loader, the first one per worker
-            # left out: each worker's first batch holds its start-up (a spawned worker imports
-            # torch), which must not decide the verdict of a whole run.  Not a median of
-            # per-iteration shares: workers that finish together make those bimodal (a long
-            # wait, then a batch already there), and the median of a bimodal list flips
-            workers = about.get("workers")
-            start_up = workers if isinstance(workers, int) and workers > 0 else 1
-            used = sorted(i for i in waited[loader] if i in windows and windows[i][1] > windows[i][0])
-            kept = used[start_up:] or used
-            span = sum(windows[i][1] - windows[i][0] for i in kept)
-            share = sum(waited[loader][i] for i in kept) / span if span else 0.0
-            buffered = f"{statistics.median(s['buffered']):g}" if s["buffered"] else "N/A"
+        for facts in profile.facts("dp", device, rank_facts) or ():
+            loader, about, share, kept = facts["loader"], facts["about"], facts["share"], facts["kept"]
+            buffered = f"{facts['buffered']:g}" if facts["buffered"] is not None else "N/A"
             verdict = "data-bound" if share >= DATA_BOUND_SHARE else "keeps up"
             rows.append([device, f"loader{loader}", about.get("dataset", "?"), about.get("workers", "?"),
-                         len(s["wait"]), _ms(s["wait"]), f"{100 * share:.1f}", _ms(s["fetch"]),
-                         _ms(s["collate"]), buffered, verdict])
+                         facts["batches"], _ms(facts["wait"]), f"{100 * share:.1f}", _ms(facts["fetch"]),
+                         _ms(facts["collate"]), buffered, verdict])
             if verdict == "data-bound":
                 if not about.get("workers"):
                     why = ("num_workers=0: the loop fetched every batch itself; DataLoader workers "
@@ -82,10 +103,10 @@ def dp_sections(profile: Profile) -> list[Section]:
                 who = f"rank {profile.rank(device)} " if len(profile.devices) > 1 else ""
                 findings.append(Finding(
                     "data_bound", f"data-bound: {who}loader{loader} ({about.get('dataset', '?')}): the loop "
-                    f"waited for the DataLoader in {100 * share:.0f}% of iteration time (over {len(kept)} "
+                    f"waited for the DataLoader in {100 * share:.0f}% of iteration time (over {kept} "
                     f"iterations, each worker's first batch left out); {why}",
                     {"rank": profile.rank(device), "loader": loader, "share": share,
-                     "iterations": len(kept), "workers": about.get("workers"),
+                     "iterations": kept, "workers": about.get("workers"),
                      "buffered_median": None if buffered == "N/A" else float(buffered)},
                     weight=3 if share >= 3 * DATA_BOUND_SHARE else 2))
     if not rows:

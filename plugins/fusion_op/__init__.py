@@ -52,7 +52,7 @@ from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import CompileCountersRecord, CompiledGraphRecord, Config, Iteration, WriterSpec
 from jobprof.plugins.fusion_op.capture import MAX_GRAPHS, GraphCapture, counters
-from jobprof.plugins.fusion_op.report import compiled_sections
+from jobprof.plugins.fusion_op.report import compiled_sections, rank_facts
 from jobprof.plugins.fusion_op.writer import render_csv
 from jobprof.runtime.torch_import import when_imported
 
@@ -146,6 +146,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     return [WriterSpec("fusion_op", "csv", render_csv,
                        "one file per compiled graph (torch.compile), in the iteration it was compiled: "
                        "its kernels and the ATen operators each replaced")]
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

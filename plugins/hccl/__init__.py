@@ -21,7 +21,7 @@ from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import Config, ExportContext, Iteration, PartSource, WriterSpec
 from jobprof.plugins.hccl.capture import Capture
 from jobprof.plugins.hccl.diff import collective_tables
-from jobprof.plugins.hccl.report import communication_sections, communication_spans
+from jobprof.plugins.hccl.report import communication_sections, communication_spans, rank_facts
 from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
 
 if TYPE_CHECKING:
@@ -88,6 +88,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 @hookimpl
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_tracks(ctx, timeline)
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

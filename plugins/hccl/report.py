@@ -21,29 +21,43 @@ def _gbs(value: float | None) -> str:
     return f"{value:.3f}" if value is not None else NA
 
 
-def communication_sections(profile: Profile) -> list[Section]:
-    # (device, op, group) -> [count, ns, bytes, rank size, failed]
-    totals: dict[tuple[int, str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-    iterations: dict[int, set[int]] = defaultdict(set)
-    for r in profile.records(STREAM):
+def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
+    """This device's collectives: ``ops``, one ``[op, group, count, total ns, bytes, rank size,
+    failed]`` per (op, group) in the order first seen, and how many iterations had one; None
+    without a timed collective."""
+    # (op, group) -> [count, ns, bytes, rank size, failed]
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    iterations: set[int] = set()
+    for r in profile.records(STREAM, device):
         if r.get("duration_unknown"):
             continue
-        entry = totals[(r["_device"], r["op"], r.get("group_desc") or r["group"])]
+        entry = totals[(r["op"], r.get("group_desc") or r["group"])]
         entry[0] += 1
         entry[1] += r["end_ns"] - r["start_ns"]
         entry[2] += r["bytes"]
         entry[3] = r["rank_size"]
         entry[4] += r.get("state") == "failed"
-        iterations[r["_device"]].add(r["_iteration"])
+        iterations.add(r["_iteration"])
     if not totals:
-        return []
+        return None
+    return {"ops": [[op, group, *values] for (op, group), values in totals.items()],
+            "iterations": len(iterations)}
+
+
+def communication_sections(profile: Profile) -> list[Section]:
     rows = []
-    for device in sorted(iterations):
-        ranked = sorted(((k, v) for k, v in totals.items() if k[0] == device), key=lambda kv: -kv[1][1])
-        for (_, op, group), (count, ns, size, ranks, failed) in ranked[:TOP]:
+    for device in profile.devices:
+        facts = profile.facts("hccl", device, rank_facts)
+        if not facts:
+            continue
+        # stable: ties keep the order the collectives were first seen in
+        ranked = sorted(facts["ops"], key=lambda entry: -entry[3])
+        for op, group, count, ns, size, ranks, failed in ranked[:TOP]:
             algbw, busbw = bandwidths(op, size, ranks, ns)
             rows.append([device, op, group, ranks, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}",
                          f"{size / count / 1e6:.3f}", _gbs(algbw), _gbs(busbw), failed or ""])
+    if not rows:
+        return []
     notes = ["bandwidths over the summed time and bytes, nccl-tests conventions (the README "
              "has the formulas); the time includes waiting for the slowest rank"]
     return [Section("Communication (hccl): top collectives by total time",

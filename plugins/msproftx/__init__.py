@@ -25,7 +25,7 @@ from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import Config, ExportContext, Iteration, WriterSpec
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder
-from jobprof.plugins.msproftx.report import marker_sections
+from jobprof.plugins.msproftx.report import marker_sections, rank_facts
 from jobprof.plugins.msproftx.writer import NAME, STREAM, add_tracks, render_csv, render_json
 
 if TYPE_CHECKING:
@@ -107,6 +107,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 @hookimpl
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_tracks(ctx, timeline)
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin.types import Section, TxRecord
 
@@ -14,16 +14,39 @@ TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable
 
 
-def marker_sections(profile: Profile) -> list[Section]:
+def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
+    """This device's ranges and markers: ``ranges``, one ``[message, domain, count, total ns]``
+    per (message, domain) in the order first seen, and ``marks``, how many markers; None
+    without either."""
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
     marks = 0
-    for _, _, record in profile.typed(TxRecord):
+    for _, _, record in profile.typed(TxRecord, device):
         if record.is_marker:
             marks += 1
             continue
         entry = totals[(record.message, record.domain or "")]
         entry[0] += 1
         entry[1] += record.end_ns - record.start_ns
+    if not totals and not marks:
+        return None
+    return {"ranges": [[message, domain, *values] for (message, domain), values in totals.items()],
+            "marks": marks}
+
+
+def marker_sections(profile: Profile) -> list[Section]:
+    # across every rank: devices in order, each one's ranges in the order first seen, as one
+    # pass over the records would meet them (so ties rank the same)
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
+    marks = 0
+    for device in profile.devices:
+        facts = profile.facts("msproftx", device, rank_facts)
+        if not facts:
+            continue
+        marks += facts["marks"]
+        for message, domain, count, ns in facts["ranges"]:
+            entry = totals[(message, domain)]
+            entry[0] += count
+            entry[1] += ns
     if not totals and not marks:
         return []
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
