@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import Config, WriterSpec
-from jobprof.plugins.aicpu.report import aicpu_sections
+from jobprof.plugins.aicpu.report import aicpu_sections, rank_facts
 from jobprof.plugins.aicpu.writer import render_csv
 
 if TYPE_CHECKING:
@@ -51,6 +51,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
         return []
     return [WriterSpec("aicpu", "csv", render_csv,
                        "one row per top-level operator: compute / memcpy / dispatch split of its time")]
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

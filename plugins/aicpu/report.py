@@ -1,4 +1,9 @@
-"""The aicpu section of ``jobprof summary``: where top-level operator time goes, per device."""
+"""The aicpu section of ``jobprof summary``: where top-level operator time goes, per device.
+
+Map/reduce: :func:`rank_facts` reduces one device's operator stream to its top operators and
+median dispatch share (``jobprof_rank_facts``); :func:`aicpu_sections` reads them back with
+``profile.facts`` and reads no raw record itself.
+"""
 
 from __future__ import annotations
 
@@ -29,43 +34,55 @@ def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}" if whole else "N/A"
 
 
+def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
+    """This device's top-level operators: ``top``, the :data:`TOP` operators with the most total
+    time, one ``[name, calls, total ns, compute ns, memcpy ns, host-only calls]`` each, most time
+    first, and ``dispatch_share``, the median per-iteration share of dispatch time; None when
+    aicpu was off or no top-level operator ran."""
+    if not _on(profile, device):
+        return None
+    # name -> [calls, total, compute, memcpy, host-only calls]
+    per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    shares: list[float] = []
+    for _, streams in profile.streams(device):
+        records = streams.get(OPS_STREAM)
+        if not records:
+            continue
+        view = OpView(records)
+        launched = launching_tops(view) if view.has_device else None
+        total = dispatch = 0
+        for i in view.top:
+            s = split(view, i)
+            agg = per_op[records[i][NAME]]
+            agg[0] += 1
+            agg[1] += s.total
+            agg[2] += s.compute
+            agg[3] += s.memcpy
+            agg[4] += launched is not None and i not in launched
+            total += s.total
+            dispatch += s.dispatch
+        if total:
+            shares.append(dispatch / total)
+    if not per_op:
+        return None
+    ranked = sorted(per_op.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
+    return {"top": [[name, *values] for name, values in ranked],
+            "dispatch_share": statistics.median(shares) if shares else 0.0}
+
+
 def aicpu_sections(profile: Profile) -> list[Section]:
     rows: list[list[Any]] = []
     notes: list[str] = []
     findings: list[Finding] = []
     for device in profile.devices:
-        if not _on(profile, device):
+        facts = profile.facts("aicpu", device, rank_facts)
+        if not facts:
             continue
-        # name -> [calls, total, compute, memcpy, host-only calls]
-        per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-        shares: list[float] = []
-        for _, streams in profile.streams(device):
-            records = streams.get(OPS_STREAM)
-            if not records:
-                continue
-            view = OpView(records)
-            launched = launching_tops(view) if view.has_device else None
-            total = dispatch = 0
-            for i in view.top:
-                s = split(view, i)
-                agg = per_op[records[i][NAME]]
-                agg[0] += 1
-                agg[1] += s.total
-                agg[2] += s.compute
-                agg[3] += s.memcpy
-                agg[4] += launched is not None and i not in launched
-                total += s.total
-                dispatch += s.dispatch
-            if total:
-                shares.append(dispatch / total)
-        if not per_op:
-            continue
-        ranked = sorted(per_op.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
-        for name, (calls, total, compute, memcpy, host) in ranked:
+        for name, calls, total, compute, memcpy, host in facts["top"]:
             rows.append([device, name + (" [host]" if host else ""), calls, f"{total / 1e6:.3f}",
                          f"{total / calls / 1e3:.3f}", _pct(compute, total), _pct(memcpy, total),
                          _pct(total - compute - memcpy, total)])
-        median = statistics.median(shares) if shares else 0.0
+        median = facts["dispatch_share"]
         if median > FRAMEWORK_BOUND_SHARE:
             who = f"rank {profile.rank(device)}: " if len(profile.devices) > 1 else ""
             findings.append(Finding("framework_bound", f"{who}framework-bound: a median "

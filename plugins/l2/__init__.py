@@ -50,7 +50,7 @@ from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import Config, Iteration, WriterSpec
 from jobprof.plugins.l2.counting import OpCounter
 from jobprof.plugins.l2.join import CUPTI_METRICS
-from jobprof.plugins.l2.report import l2_sections
+from jobprof.plugins.l2.report import l2_sections, rank_facts
 from jobprof.plugins.l2.writer import EVENTS_STREAM, STREAM, render_csv
 
 if TYPE_CHECKING:
@@ -152,6 +152,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
         return []
     return [WriterSpec("l2_cache", "csv", render_csv,
                        "one row per task: L2 / last-level cache hit rate (N/A without cache counters)")]
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

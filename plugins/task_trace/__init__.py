@@ -55,7 +55,7 @@ from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.session import PluginSession
 from jobprof.plugin.types import Config, ExportContext, WriterSpec
 from jobprof.plugins.task_trace.diff import operator_tables
-from jobprof.plugins.task_trace.report import compute_spans, top_sections
+from jobprof.plugins.task_trace.report import compute_spans, rank_facts, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
 from jobprof.plugins.task_trace.trace import DEFAULT_LIMIT, LIMIT_KEY, add_to_master, render_task_time_json
 
@@ -111,6 +111,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     if enabled(ctx.config):
         add_to_master(ctx, timeline)
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    return rank_facts(profile, device)
 
 
 @hookimpl

@@ -3,11 +3,15 @@
 Read from the op_statistic files (one per iteration, already grouped), so the summary costs a
 few small CSV reads however many operators ran.  Iterations whose files were not rendered
 (a killed job before ``jobprof export``) are not counted; the note says how many were.
+
+Map/reduce: :func:`rank_facts` reduces one device to its groups (``jobprof_rank_facts``);
+:func:`top_sections` reads them back with ``profile.facts`` and reads no file itself.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -73,18 +77,35 @@ def _concentration(profile: Profile, device: int, ranked: list, grand: float) ->
                     "type_count": len(compute), "total_ms": busy / 1000}, weight=1)
 
 
+def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
+    """This device's op_statistic totals: ``groups``, one ``[OP Type, Core Type, count, total µs]``
+    per group in the order first seen (the order the totals were summed in), the number of
+    op_statistic files read and of iterations; None without a group."""
+    groups, files = _groups(profile.summary_files(device, "op_statistic"))
+    if not groups:
+        return None
+    # JSON has no NaN or infinity (a damaged CSV's "nan"): those travel as their str()
+    return {"groups": [[op, core, count, total if math.isfinite(total) else str(total)]
+                       for (op, core), (count, total) in groups.items()],
+            "files": files, "iterations": len(profile.iterations(device))}
+
+
 def top_sections(profile: Profile) -> list[Section]:
     rows, notes, findings = [], [], []
     for device in profile.devices:
-        groups, files = _groups(profile.summary_files(device, "op_statistic"))
-        if not groups:
+        facts = profile.facts("task_trace", device, rank_facts)
+        if not facts:
             continue
+        # keys back to tuples, in the order first seen: sums and tie-breaks as when read directly
+        groups: dict[tuple[str, str], list[float]] = {
+            (op, core): [count, float(total)] for op, core, count, total in facts["groups"]}
+        files = facts["files"]
         grand = sum(g[1] for g in groups.values())
         ranked = sorted(groups.items(), key=lambda item: (-item[1][1], item[0]))
         for (op, core), (count, total) in ranked[:TOP]:
             share = f"{100 * total / grand:.1f}" if grand else "N/A"
             rows.append([device, op, core, int(count), f"{total / 1000:.3f}", f"{total / count:.3f}", share])
-        iterations = len(profile.iterations(device))
+        iterations = facts["iterations"]
         if files < iterations:
             notes.append(f"device {device}: {iterations - files} of {iterations} iterations have no "
                          "op_statistic file yet (run `jobprof export`)")
