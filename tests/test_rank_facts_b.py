@@ -167,7 +167,7 @@ def test_the_exporter_wrote_the_facts(prof: Path) -> None:
     """The job's exit export kept every plugin's answer: the whole profile reads them back."""
     profile = Profile(prof)
     (device,) = profile.devices
-    assert facts.read_cached(profile, device, facts.asked_plugins(_manager())) is not None
+    assert facts.read_cached(profile, device, facts.plugin_keys(_manager())) is not None
     alone = Profile(prof, device=device)
     kept = facts.gather(profile, _manager(), "local", 1)[device]
     for name, (rank_facts, _) in PLUGINS.items():

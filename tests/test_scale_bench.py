@@ -80,7 +80,7 @@ def test_replica_of_five_ranks(scale, source: Path, tmp_path: Path) -> None:
     assert not list(cold.glob("device_*/data/facts.*.json"))
     manager = PluginManager(Reporter())
     manager.load_entry_points()
-    profile, asked = Profile(replica), facts.asked_plugins(manager)
+    profile, asked = Profile(replica), facts.plugin_keys(manager)
     assert all(facts.read_cached(profile, d, asked) is not None for d in range(5))
     assert {**_summary(cold), "prof_dir": None} == {**model, "prof_dir": None}
 

@@ -71,9 +71,10 @@ def _files_stamp(folder: Path) -> list[Any]:
     return stamp
 
 
-def stamp(folder: Path, asked: Iterable[str]) -> list[Any]:
-    """The facts file's validity key: the schema, the plugins asked, the files read."""
-    return [SCHEMA, sorted(asked), _files_stamp(folder)]
+def stamp(folder: Path, keys: Iterable[str]) -> list[Any]:
+    """The facts file's validity key: the schema, the plugins asked (:func:`plugin_keys`: a
+    plugin installed, removed or upgraded makes every facts file stale), the files read."""
+    return [SCHEMA, sorted(keys), _files_stamp(folder)]
 
 
 def asked_plugins(manager: PluginManager) -> list[str]:
@@ -145,6 +146,13 @@ def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dic
     }
 
 
+def plugin_keys(manager: PluginManager) -> list[str]:
+    """``"<name> <distribution> <version>"`` of every plugin :func:`asked_plugins` names."""
+    records = {r.name: r for r in manager.records()}
+    return [f"{name} {records[name].distribution} {records[name].version}".rstrip() if name in records
+            else name for name in asked_plugins(manager)]
+
+
 def reduce_device(profile: Profile, manager: PluginManager, device: int,
                   progress: Progress = quiet) -> Facts:
     """One device's facts, computed from its raw data (``profile`` holds that device)."""
@@ -165,7 +173,7 @@ def _plain(facts: Facts) -> Facts:
     return json.loads(json.dumps(facts, allow_nan=False))
 
 
-def read_cached(profile: Profile, device: int, asked: list[str]) -> Facts | None:
+def read_cached(profile: Profile, device: int, keys: list[str]) -> Facts | None:
     """The device's facts file when it holds the whole profile and is still valid; else None."""
     if profile.selection.iterations is not None:
         return None
@@ -175,7 +183,7 @@ def read_cached(profile: Profile, device: int, asked: list[str]) -> Facts | None
             kept = json.loads(handle.read())
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, asked) \
+    if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, keys) \
             or not isinstance(kept.get("facts"), dict):
         return None
     facts: Facts = kept["facts"]
@@ -189,8 +197,8 @@ def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None 
     for device in devices if devices is not None else Profile(prof_dir).all_devices:
         profile = Profile(prof_dir, device=device)
         folder = profile.folder(device)
-        asked = asked_plugins(manager)
-        key = stamp(folder, asked)  # before the read: a change meanwhile makes it stale, not wrong
+        # stamped before the read: a change meanwhile makes the file stale, not wrong
+        key = stamp(folder, plugin_keys(manager))
         facts = _plain(reduce_device(profile, manager, device))
         target = path(folder, device)
         try:
@@ -272,11 +280,11 @@ def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: expected 1 or more")
     show = progress or (lambda items, total, desc: items)
-    asked = asked_plugins(manager)
+    keys = plugin_keys(manager)
     found: dict[int, Facts] = {}
     todo = []
     for device in profile.devices:
-        cached = read_cached(profile, device, asked)
+        cached = read_cached(profile, device, keys)
         if cached is not None:
             found[device] = cached
         else:
