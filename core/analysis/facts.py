@@ -165,7 +165,19 @@ def reduce_device(profile: Profile, manager: PluginManager, device: int,
     return {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
             "selection": profile.selection.describe(), "entry": entry, "rows": rows,
             "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
+            "rendered": _runs(profile.rendered(device)),
             "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}
+
+
+def _runs(numbers: set[int]) -> list[list[int]]:
+    """``{1, 2, 3, 7}`` -> ``[[1, 3], [7, 7]]``: a rank's rendered iterations, compactly."""
+    out: list[list[int]] = []
+    for n in sorted(numbers):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return out
 
 
 def _plain(facts: Facts) -> Facts:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from jobprof.analysis.selection import ALL, Selection
 from jobprof.files import rawstore
 from jobprof.files.profdir import PROF_RE, device_dirs, info_rank, iteration_files
+from jobprof.files.timeline import NAME as MASTER
 from jobprof.plugin.types import Iteration, SharedRecord
 
 _R = TypeVar("_R", bound=SharedRecord)
@@ -172,6 +173,14 @@ class Profile:
                 yield raw["_device"], raw["_iteration"], record
 
     # -- rendered files -------------------------------------------------------------------
+    def rendered(self, device: int) -> set[int]:
+        """The iterations of ``device`` whose master timeline (the last file rendered for an
+        iteration) is on disk: from the gathered facts, else from a listing of timeline/."""
+        gathered = self._facts.get(device)
+        if gathered is not None and isinstance(gathered.get("rendered"), list):
+            return {i for first, last in gathered["rendered"] for i in range(first, last + 1)}
+        return {f.iteration for f in iteration_files(self._devices[device], "timeline", MASTER)}
+
     def summary_files(self, device: int, name: str) -> list[Path]:
         """The selected iterations' ``summary/<name>_<dev>_<model>_<iter>.csv`` files."""
         return self._files(device, "summary", name)
