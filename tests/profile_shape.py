@@ -53,6 +53,8 @@ Masking rules (everything else is kept verbatim):
 6. ``data/`` raw segments (jobprof's internal record stream, not a user-facing format): only
    their structure: per line, its keys, ``index``, and per stream the record count and the
    distinct record shapes (dict keys, list lengths, value types), no values.
+7. ``data/facts.<id>.json`` (a cache of the analysis commands, added after the goldens were
+   made): its keys, the plugins asked and those that answered, and its row count; no values.
 """
 
 from __future__ import annotations
@@ -245,9 +247,19 @@ def _raw(path: Path) -> dict:
     return {"kind": "raw", "lines": lines}
 
 
+def _facts(path: Path) -> dict:
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    facts = kept.get("facts") or {}
+    return {"kind": "facts", "keys": sorted(kept), "facts_keys": sorted(facts),
+            "asked": facts.get("asked"), "answered": sorted(facts.get("plugins") or {}),
+            "rows": len(facts.get("rows") or ())}
+
+
 def _file(path: Path, ctx: _Ctx) -> dict:
     if path.parent.name == "data" and path.suffix == ".jsonl":
         return _raw(path)
+    if path.parent.name == "data" and path.name.startswith("facts."):
+        return _facts(path)
     if path.suffix == ".csv":
         return _csv(path, ctx)
     text = path.read_text(encoding="utf-8")

@@ -26,7 +26,10 @@ is still the old version's):
   ``timeline_max_events`` (500000); the fusion_op plugin is active wherever task_trace is
   (the mlp case), though a job that compiles nothing gets no fusion_op file, stream or
   info section;
-- info.json's ``export_notes`` (what writers left out, e.g. a capped timeline): ``[]`` here.
+- info.json's ``export_notes`` (what writers left out, e.g. a capped timeline): ``[]`` here;
+- each device's ``data/facts.<id>.json`` (the rank reduced for ``summary`` / ``report``, written
+  at exit), described by rule 7 of tests/profile_shape.py: its keys and which plugins were asked
+  and answered.
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of

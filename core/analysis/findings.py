@@ -1,14 +1,19 @@
 """The core's findings (from the iteration breakdown and the cross-rank comparison) and what a
 profile is missing.  Plugins add their own findings to their report sections; :func:`rank`
-orders all of them, most important first, which is the order they are numbered in.
+orders all of them, most important first, which is the order they are numbered in, after
+grouping the per-rank findings that say the same thing on :data:`GROUP_MIN` or more ranks into
+one (:func:`grouped`: ``ranks 0-31 (32 ranks): ...`` with the median rank's numbers and the
+outlier ranks named), so a profile of 1024 ranks does not list 1024 copies of a finding.
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from jobprof.analysis import scale
 from jobprof.analysis.breakdown import LABELS, PARTS
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import OPEN, ranges
@@ -57,10 +62,10 @@ def _parts(model: dict[str, Any], stragglers: list[Finding]) -> list[Finding]:
         iteration = worst["breakdown_ms"]["iteration"]["mean"]
         ranks = sorted(r["rank"] for _, r in hit)
         where = f" on rank {worst['rank']}" if len(model["ranks"]) > 1 else ""
-        also = f" (over {threshold:.0%} on ranks {', '.join(map(str, ranks))})" if len(ranks) > 1 else ""
+        also = f" (over {threshold:.0%} on ranks {scale.rank_list(ranks)})" if len(ranks) > 1 else ""
         advice = _ADVICE[part]
         if part == "communication_not_overlapped" and late and worst["rank"] not in late:
-            advice = (f"most of it is waiting for rank {', '.join(map(str, sorted(late)))} (the slower "
+            advice = (f"most of it is waiting for rank {scale.rank_list(late)} (the slower "
                       "rank, see its finding), so making that rank faster helps most")
         out.append(Finding(
             part, f"{LABELS[part]}: {_pct(share)} of iteration time{where} (mean {mean:.3f} ms of "
@@ -120,7 +125,7 @@ def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
     if jitter:  # one finding, for the rank that varies most; the others are listed
         top = max(jitter, key=lambda f: f.evidence["p95_ms"] / f.evidence["median_ms"])
         others = sorted(f.evidence["rank"] for f in jitter if f is not top)
-        text = top.text + (f" (ranks {', '.join(map(str, others))} vary too)" if others else "")
+        text = top.text + (f" (ranks {scale.rank_list(others)} vary too)" if others else "")
         out.append(Finding(top.key, text, {**top.evidence, "ranks": sorted([top.evidence["rank"], *others])}))
     return out
 
@@ -129,21 +134,139 @@ def core(model: dict[str, Any]) -> list[Finding]:
     """Findings from the breakdown and the cross-rank comparison."""
     stragglers = _straggler(model)
     found = _parts(model, stragglers) + stragglers + _iteration_shape(model)
-    unfinished = [r["rank"] for r in model["ranks"] if not r["finished"]]
+    unfinished = [r for r in model["ranks"] if not r["finished"]]
     if unfinished:
+        ends = [str(r["iterations"]["last"]) if r["iterations"]["last"] is not None
+                else "none (no iteration saved)" for r in unfinished]
+        if len(unfinished) > 2:  # many: each end once, with its ranks
+            by_end: dict[str, list[int]] = {}
+            for r, end in zip(unfinished, ends, strict=True):
+                by_end.setdefault(end, []).append(r["rank"])
+            ends = [f"{end} (rank {scale.rank_list(rs)})" if len(by_end) > 1 else end
+                    for end, rs in by_end.items()]
+        ranks = [r["rank"] for r in unfinished]
         found.append(Finding(
-            "unfinished", f"rank(s) {', '.join(map(str, unfinished))} did not finish (no end_info: "
-            "killed or crashed); their data ends at iteration "
-            + ", ".join(str(r["iterations"]["last"]) if r["iterations"]["last"] is not None
-                        else "none (no iteration saved)" for r in model["ranks"] if not r["finished"]),
-            {"ranks": unfinished}, weight=2))
+            "unfinished", f"rank(s) {scale.rank_list(ranks)} did not finish (no end_info: "
+            "killed or crashed); their data ends at iteration " + ", ".join(ends),
+            {"ranks": ranks}, weight=2))
     return found
 
 
 def rank(own: Iterable[Finding], sections: Iterable[Section]) -> list[Finding]:
-    """Every finding, heaviest first (stable within a weight: the core's, then by section)."""
+    """Every finding, per-rank ones grouped across ranks (:func:`grouped`), heaviest first
+    (stable within a weight: the core's, then by section; a group where its first finding was)."""
     every = list(own) + [f for s in sections for f in s.findings]
-    return sorted(every, key=lambda f: -f.weight)
+    return sorted(grouped(every), key=lambda f: -f.weight)
+
+
+#: per-rank findings are grouped when at least this many say the same (1 and 2 rank profiles
+#: keep one finding per rank, as they always did)
+GROUP_MIN = 3
+#: a rank is named as an outlier of its group when its measure is this far (relative) from the
+#: representative's (the group's median)
+GROUP_OUTLIER = 0.10
+#: at most this many outliers are named in a group's text
+GROUP_OUTLIERS_SHOWN = 5
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _rank_of(f: Finding) -> int | None:
+    r = f.evidence.get("rank")
+    return r if type(r) is int else None
+
+
+def _measure(f: Finding) -> str | None:
+    """The finding's own measure: its evidence's first number (not the rank)."""
+    return next((k for k, v in f.evidence.items() if k not in ("rank", "count")
+                 and isinstance(v, int | float) and not isinstance(v, bool)), None)
+
+
+def _shown(name: str, value: float) -> str:
+    if "share" in name or "excess" in name:
+        return _pct(value)
+    if name.endswith("_ms"):
+        return f"{value:.3f} ms"
+    return f"{value:g}"
+
+
+def grouped(found: Iterable[Finding], at_least: int = GROUP_MIN) -> list[Finding]:
+    """Per-rank findings that say the same thing, merged into one finding per group.
+
+    A finding is per rank when its evidence has an int ``rank``.  Findings group when they
+    have the same ``key`` and the same text once every number (the rank's included) is blanked
+    out, so ``rank 3: 81% of compute task time is in 5 operator type(s) (mm, ...)`` and
+    ``rank 7: 79% ...(mm, ...)`` group, while another list of operators, or another verdict, does
+    not.  A rank that has two such findings (two DataLoaders) contributes its first to the first
+    group, its second to a second one.  Groups of fewer than ``at_least`` findings stay as they
+    are (so 1- and 2-rank profiles read as before).
+
+    A group becomes one finding: the text of its representative (the median finding by the
+    finding's own measure, its evidence's first number, e.g. ``share``; the lowest rank when it
+    has none) with ``rank R`` replaced by the group's ranks (``ranks 0-2, 5 (4 ranks)``), plus
+    which rank's numbers the text quotes and the ranks whose measure is more than
+    :data:`GROUP_OUTLIER` (relative) from it.  Its evidence: the representative's, plus
+    ``ranks``, ``count`` and (when any) ``outliers``; its weight: the group's heaviest.
+    """
+    found = list(found)
+    groups: dict[tuple[str, str, int], list[int]] = {}
+    seen: dict[tuple[str, str, int], int] = {}
+    for i, f in enumerate(found):
+        r = _rank_of(f)
+        if r is None:
+            continue
+        shape = _NUMBER.sub("#", f.text)
+        nth = seen.get((f.key, shape, r), 0)
+        seen[(f.key, shape, r)] = nth + 1
+        groups.setdefault((f.key, shape, nth), []).append(i)
+    merged: dict[int, Finding] = {}
+    dropped: set[int] = set()
+    for members in groups.values():
+        if len(members) < at_least:
+            continue
+        merged[members[0]] = _merge([found[i] for i in members])
+        dropped.update(members[1:])
+    return [merged.get(i, f) for i, f in enumerate(found) if i not in dropped]
+
+
+def _merge(group: list[Finding]) -> Finding:
+    """One finding for ``group`` (same key and text but numbers, one per rank)."""
+    group = sorted(group, key=lambda f: _rank_of(f) or 0)
+    ranks = sorted({_rank_of(f) or 0 for f in group})
+    measure = _measure(group[0])
+    values: dict[int, float] = {}  # the measure of each finding of the group, by its place
+    if measure is not None:
+        values = {i: v for i, f in enumerate(group)
+                  if isinstance(v := f.evidence.get(measure), int | float) and not isinstance(v, bool)}
+    if measure is not None and len(values) == len(group):
+        ordered = sorted(values, key=lambda i: (values[i], i))
+        rep_at = ordered[(len(ordered) - 1) // 2]  # the (lower) median: a real rank's finding
+    else:
+        measure, rep_at = None, 0
+    rep = group[rep_at]
+    who = f"ranks {scale.rank_list(ranks)} ({len(ranks)} ranks)"
+    mention = re.compile(rf"\brank {_rank_of(rep)}\b")
+    if mention.search(rep.text):
+        text = mention.sub(who, rep.text, count=1)
+        text = text.replace(f"{who} is ", f"{who} are ", 1)
+    else:
+        text = f"{who}: {rep.text}"
+    odd: list[int] = []
+    if measure is not None:
+        base = values[rep_at]
+        odd = sorted((i for i in values if abs(values[i] - base) > GROUP_OUTLIER * abs(base)),
+                     key=lambda i: (-abs(values[i] - base), i))
+        named = ", ".join(f"rank {_rank_of(group[i])} {_shown(measure, values[i])}"
+                          for i in odd[:GROUP_OUTLIERS_SHOWN])
+        more = f" and {len(odd) - GROUP_OUTLIERS_SHOWN} more" if len(odd) > GROUP_OUTLIERS_SHOWN else ""
+        text += (f" [numbers of rank {_rank_of(rep)}, the median by {measure}; "
+                 + (f"{measure} differs by over {GROUP_OUTLIER:.0%} on {named}{more}]" if odd
+                    else f"every rank within {GROUP_OUTLIER:.0%} of it]"))
+    else:
+        text += f" [numbers of rank {_rank_of(rep)}]"
+    evidence = {**rep.evidence, "ranks": ranks, "count": len(group)}
+    if odd:
+        evidence["outliers"] = sorted(_rank_of(group[i]) or 0 for i in odd)
+    return Finding(rep.key, text, evidence, weight=max(f.weight for f in group))
 
 
 Run = tuple[int, int]

@@ -18,7 +18,7 @@ from jobprof.analysis.profile import Profile
 from jobprof.analysis.report.fmt import MS, PCT, text
 from jobprof.analysis.selection import narrowed
 from jobprof.analysis.summary import summarize
-from jobprof.cli._common import add_prof_dir, add_selection, new_manager, progress_for, selection
+from jobprof.cli._common import add_engine, add_prof_dir, add_selection, new_manager, progress_for, selection
 
 STATS = ("mean", "median", "p95", "worst")
 
@@ -28,7 +28,7 @@ def load(args: argparse.Namespace) -> tuple[Profile, dict[str, Any]]:
     profile = Profile(args.prof_dir, selection(args))
     manager, _ = new_manager()
     manager.load_entry_points()
-    return profile, summarize(profile, manager, progress_for())
+    return profile, summarize(profile, manager, progress_for(), args.engine, args.jobs, args.scheduler)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_prof_dir(p)
     p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see README)")
     add_selection(p)
+    add_engine(p)
     p.set_defaults(func=run)
 
 
@@ -48,12 +49,22 @@ def _pct(value: float | None) -> str:
 
 
 def render(model: dict[str, Any]) -> str:
-    """The model as terminal text."""
+    """The model as terminal text.
+
+    Above :data:`~jobprof.analysis.scale.RANK_TABLE_LIMIT` ranks, the per-rank tables become
+    distributions across ranks (:mod:`jobprof.analysis.scale`): the ranks folded into groups,
+    min / p50 / p95 / max of each rank's mean, the outlier ranks named, the top stragglers, and
+    per-device sections cut to the slowest and a median rank.
+    """
+    from jobprof.analysis import scale  # here: the module's imports are another change's
+
     out: list[str] = []
     ranks = model["ranks"]
     sel = narrowed(model["selection"])
     out.append(f"{model['prof_dir']}  ({len(ranks)} rank(s){'; ' + sel if sel else ''})")
-    if ranks:
+    if ranks and scale.many(model):
+        out += _rank_distribution(model)
+    elif ranks:
         rows = [[r["rank"], r["device"], r["hostname"] or "N/A", r["iterations"]["count"],
                  f"{r['iterations']['first']}-{r['iterations']['last']}" if r["iterations"]["count"] else "-",
                  r["iteration_method"] or "N/A", "yes" if r["finished"] else "no (killed?)"] for r in ranks]
@@ -76,16 +87,23 @@ def render(model: dict[str, Any]) -> str:
     if cross:
         what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
         spread = cross["spread_share"]
-        rows = [[rank, f"{n} of {cross['iterations_compared']}", _pct(cross["median_excess"][rank])]
-                for rank, n in cross["slowest_count"].items()]
-        out += ["", f"Across ranks ({what}, {cross['iterations_compared']} iterations)",
-                tabulate(rows, headers=["rank", "slowest in", "vs median (median)"]),
-                f"  spread (max - min) as a share of the iteration: median {_pct(spread['median'])}, "
-                f"p95 {_pct(spread['p95'])}, worst {_pct(spread['worst'])} "
-                f"(iteration {spread['worst_iteration']})"]
+        shown = scale.stragglers(cross) if scale.many(model) else list(cross["slowest_count"])
+        rows = [[rank, f"{cross['slowest_count'][rank]} of {cross['iterations_compared']}",
+                 _pct(cross["median_excess"][rank])] for rank in shown]
+        title = f"Across ranks ({what}, {cross['iterations_compared']} iterations)"
+        if scale.many(model):
+            title += f": the {len(shown)} rank(s) slowest most often"
+        out += ["", title, tabulate(rows, headers=["rank", "slowest in", "vs median (median)"])]
+        if scale.many(model):
+            out.append(f"  note: {_others(cross, shown)}")
+        out.append(f"  spread (max - min) as a share of the iteration: median {_pct(spread['median'])}, "
+                   f"p95 {_pct(spread['p95'])}, worst {_pct(spread['worst'])} "
+                   f"(iteration {spread['worst_iteration']})")
     for section in model["sections"].values():
-        out += ["", section["title"], tabulate(section["rows"], headers=section["headers"], missingval="N/A")]
-        out += [f"  note: {n}" for n in section["notes"]]
+        kept, notes = scale.section_rows(model, section)
+        rows = [section["rows"][i] for i in kept]
+        out += ["", section["title"], tabulate(rows, headers=section["headers"], missingval="N/A")]
+        out += [f"  note: {n}" for n in notes]
     if model["findings"]:
         out += ["", "Findings"]
         out += [f"  {i}. {f['text']}" for i, f in enumerate(model["findings"], 1)]
@@ -113,3 +131,49 @@ def usable(model: dict[str, Any]) -> bool:
     """Whether any rank had an iteration to show: exit status 1 when none did (nothing usable:
     no device folder, or every raw line unreadable, each named on stderr)."""
     return any(r["iterations"]["count"] for r in model["ranks"])
+
+
+def _others(cross: dict[str, Any], shown: list[str]) -> str:
+    """What the top-stragglers table leaves out."""
+    counts = cross["slowest_count"]
+    never = sum(1 for n in counts.values() if not n)
+    rest = len(counts) - len(shown) - never
+    parts = [f"{rest} more rank(s) were the slowest in fewer iterations"] if rest else []
+    parts += [f"{never} rank(s) were never the slowest"] if never else []
+    return "; ".join([*parts, "every rank's count is in `jobprof summary --json`"])
+
+
+def _rank_distribution(model: dict[str, Any]) -> list[str]:
+    """The "Ranks" and per-rank iteration tables of many ranks, as distributions across ranks."""
+    from jobprof.analysis import scale
+
+    ranks = model["ranks"]
+    groups = scale.rank_groups(model)
+    rows = [[scale.rank_list(g["ranks"], 6), len(g["ranks"]), g["hosts"], g["count"], g["range"], g["method"],
+             "yes" if g["finished"] else "no (killed?)"] for g in groups]
+    out = ["", f"Ranks ({len(ranks)}, grouped where they read the same)",
+           tabulate(rows, headers=["ranks", "count", "hosts", "iterations", "range", "found by", "finished"])]
+    found = scale.rank_distribution(model)
+    if not found["measured"]:
+        return out
+    keys = ("iteration", *breakdown.PARTS)
+    rows = [[stat, *(_f(d[stat]["value"]) if d else "N/A" for d in (found["stats"][k] for k in keys))]
+            for stat in scale.STATS]
+    out += ["", f"Iteration time (ms): each rank's mean, distributed across {found['measured']} ranks",
+            tabulate(rows, headers=["", *(breakdown.LABELS[k] for k in keys)], disable_numparse=True)]
+    it = found["stats"]["iteration"]
+    notes = ["parts add up to each rank's iteration time; see README for definitions; percentiles are "
+             "nearest-rank (each value is one rank's)"]
+    notes += sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
+    if it:
+        named = ", ".join(f"rank {o['rank']} {o['mean_ms']:.3f} ms"
+                          + (f" ({o['vs_p50']:+.0%} vs p50)" if o["vs_p50"] is not None else "")
+                          for o in found["outliers"])
+        notes.append(f"slowest ranks by mean iteration time (the {scale.SLOWEST_SHOWN} slowest and any over "
+                     f"p50 x {scale.OUTLIER_FACTOR:g}): {named}")
+    notes.append(f"unfinished rank(s) (no end_info): {scale.rank_list(found['unfinished'])}"
+                 if found["unfinished"] else "every rank finished")
+    if found["no_iterations"]:
+        notes.append(f"rank(s) with no iteration: {scale.rank_list(found['no_iterations'])}")
+    notes.append("each rank's table: `jobprof summary --json`, or `--rank R`")
+    return out + [f"  note: {n}" for n in notes]

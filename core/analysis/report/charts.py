@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from html import escape
 from typing import Any
 
@@ -58,11 +58,13 @@ def _figure(svg: str, caption: str, extra: str = "") -> str:
     return f"<figure>{svg}{extra}<figcaption>{escape(caption)}</figcaption></figure>"
 
 
-def breakdown(model: dict[str, Any]) -> str:
-    """Stacked bars of the iteration's parts per iteration: one chart per rank, one y scale."""
+def breakdown(model: dict[str, Any], ranks: Collection[int] | None = None) -> str:
+    """Stacked bars of the iteration's parts per iteration: one chart per rank (of ``ranks``;
+    None: every rank), one y scale."""
     by_rank: dict[int, list[dict[str, Any]]] = {}
     for row in model["iterations"]:
-        by_rank.setdefault(row["rank"], []).append(row)
+        if ranks is None or row["rank"] in ranks:
+            by_rank.setdefault(row["rank"], []).append(row)
     if not by_rank:
         return ""
     # the scale of what is drawn (bars are means when binned), so one outlier does not flatten them
@@ -141,11 +143,13 @@ def _lines(cls: str, title: str, y_label: str, series: dict[int, list[tuple[int,
     return _figure("".join(svg), caption, legend(keys))
 
 
-def rank_times(model: dict[str, Any]) -> str:
-    """Iteration time per rank and, across ranks, the time outside collectives where stragglers show."""
+def rank_times(model: dict[str, Any], ranks: Collection[int] | None = None) -> str:
+    """Iteration time per rank (of ``ranks``; None: every rank) and, across ranks, the time outside
+    collectives where stragglers show."""
     series: dict[int, list[tuple[int, float]]] = {}
     for row in model["iterations"]:
-        series.setdefault(row["rank"], []).append((row["iteration"], row["iteration_ms"]))
+        if ranks is None or row["rank"] in ranks:
+            series.setdefault(row["rank"], []).append((row["iteration"], row["iteration_ms"]))
     cross = model.get("cross_rank")
     bold, notes = None, {}
     if cross:
@@ -157,7 +161,8 @@ def rank_times(model: dict[str, Any]) -> str:
         busy: dict[int, list[tuple[int, float]]] = {}
         for entry in cross["per_iteration"]:
             for rank, ms in entry["per_rank_ms"].items():
-                busy.setdefault(int(rank), []).append((entry["iteration"], ms))
+                if ranks is None or int(rank) in ranks:
+                    busy.setdefault(int(rank), []).append((entry["iteration"], ms))
         out.append(_lines("rank-busy", "Time outside collectives per rank (what the others wait for)",
                           "time outside collectives (ms)", busy, bold, notes))
     return "".join(out)

@@ -10,8 +10,8 @@ import datetime as _dt
 from html import escape
 from typing import Any
 
-from jobprof.analysis import breakdown
-from jobprof.analysis.report import charts
+from jobprof.analysis import breakdown, scale
+from jobprof.analysis.report import charts, scaled
 from jobprof.analysis.report.fmt import MS, PCT, cell, key, num, table
 from jobprof.analysis.selection import narrowed
 
@@ -52,7 +52,7 @@ def _notes(notes: list[str]) -> str:
 
 def _header(model: dict[str, Any], generated: str) -> str:
     sel = narrowed(model["selection"], "; ", ", ") or "all iterations, all ranks"
-    ranks = ", ".join(str(r["rank"]) for r in model["ranks"]) or "none"
+    ranks = scale.rank_list(r["rank"] for r in model["ranks"]) or "none"
     return (f"<h1>jobprof report</h1>"
             f'<p class="meta"><b>Profile</b> <code>{escape(model["prof_dir"])}</code></p>'
             f'<p class="meta"><b>Ranks</b> {escape(ranks)} ({len(model["ranks"])}) &nbsp; '
@@ -85,6 +85,8 @@ def _ranks(model: dict[str, Any]) -> str:
     ranks = model["ranks"]
     if not ranks:
         return ""
+    if scale.many(model):
+        return scaled.ranks_tables(model)
     rows = []
     for i, r in enumerate(ranks):
         its = r["iterations"]
@@ -127,29 +129,32 @@ def _cross(model: dict[str, Any]) -> str:
         return ""
     what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
     n = cross["iterations_compared"]
+    shown, note = scaled.cross_rows(model) if scale.many(model) else (list(cross["slowest_count"]), "")
     rows = [[f'<th scope="row">{escape(rank)}</th>', cell(count, key("cross_rank", "slowest_count", rank)),
              cell(n, key("cross_rank", "iterations_compared")),
              cell(cross["median_excess"][rank], key("cross_rank", "median_excess", rank), PCT)]
-            for rank, count in cross["slowest_count"].items()]
+            for rank, count in ((r, cross["slowest_count"][r]) for r in shown)]
     spread = [[f"<td>{label}</td>",
                *(cell(cross[field][s], key("cross_rank", field, s), kind) for s in STATS),
                cell(cross[field]["worst_iteration"], key("cross_rank", field, "worst_iteration"))]
               for label, field, kind in (("share of the iteration", "spread_share", PCT),
                                          ("ms", "spread_ms", MS))]
     return (f'<h2 id="cross-rank">Across ranks ({escape(what)}, {n} iterations)</h2>'
-            + table(["rank", "slowest in", "of iterations", "vs median (median)"], rows, "cross")
+            + note + table(["rank", "slowest in", "of iterations", "vs median (median)"], rows, "cross")
+            + scaled.straggler_chart(model)
             + "<h3>Spread (slowest - fastest rank) per iteration</h3>"
             + table(["spread", *STATS, "worst iteration"], spread, "spread"))
 
 
-def _section(skey: str, section: dict[str, Any], anchor: bool = True) -> str:
-    rows = [[cell(v, key("sections", skey, "rows", i, j)) for j, v in enumerate(row)]
-            for i, row in enumerate(section["rows"])]
+def _section(model: dict[str, Any], skey: str, section: dict[str, Any], anchor: bool = True) -> str:
+    kept, notes = scale.section_rows(model, section)
+    rows = [[cell(v, key("sections", skey, "rows", i, j)) for j, v in enumerate(section["rows"][i])]
+            for i in kept]
     head = f'<h2 id="s-{escape(skey)}">' if anchor else "<h3>"
     tail = "</h2>" if anchor else "</h3>"
     body = table(section["headers"], rows, "section") if rows else '<p class="note">(no rows)</p>'
     return (f'<section data-section="{escape(skey)}">{head}{escape(section["title"])}{tail}'
-            f"{body}{_notes(section['notes'])}</section>")
+            f"{body}{_notes(notes)}</section>")
 
 
 def _missing(model: dict[str, Any]) -> str:
@@ -159,6 +164,31 @@ def _missing(model: dict[str, Any]) -> str:
     return f'<h2 id="missing">Missing</h2><ul class="missing">{items}</ul>'
 
 
+def _drawn(model: dict[str, Any]) -> tuple[set[int] | None, set[int] | None, str]:
+    """The ranks the breakdown charts and the per-rank lines draw (None: all), and a note on which:
+    above the limit, bars for the slowest and the median rank, lines for those, the fastest and
+    the outliers (the heatmap shows every rank)."""
+    if not scale.many(model):
+        return None, None, ""
+    found = scale.rank_distribution(model)
+    ranks = model["ranks"]
+    picked: dict[int, str] = {}
+    if found["slowest_index"] is not None:
+        picked[ranks[found["slowest_index"]]["rank"]] = "slowest"
+    it = found["stats"]["iteration"]
+    if it:
+        picked.setdefault(ranks[it["p50"]["index"]]["rank"], "median")
+        picked.setdefault(ranks[it["min"]["index"]]["rank"], "fastest")
+    for o in found["outliers"]:
+        picked.setdefault(o["rank"], "slow")
+    bars = {r for r, why in picked.items() if why in ("slowest", "median")}
+    named = ", ".join(f"rank {r} ({why})" for r, why in picked.items())
+    note = (f'<p class="note">{len(ranks)} ranks: the breakdown is drawn for rank(s) '
+            f"{escape(scale.rank_list(bars))}, the lines per rank for {escape(named)}; the heatmap "
+            "further down shows every rank.</p>")
+    return bars, set(picked), note
+
+
 def render(model: dict[str, Any], generated: str | None = None) -> str:
     """The report of one summary model (``jobprof.analysis.summary.summarize``) as a complete HTML page."""
     generated = generated or _dt.datetime.now().astimezone().isoformat(timespec="seconds")
@@ -166,18 +196,26 @@ def render(model: dict[str, Any], generated: str | None = None) -> str:
     nav = [("findings", "Findings"), ("ranks", "Ranks"), ("charts", "Charts")]
     body = [_header(model, generated), _findings(model), _ranks(model)]
     if model["iterations"]:
-        body += ['<h2 id="charts">Iteration breakdown per iteration</h2>', charts.breakdown(model),
-                 '<h2 id="rank-times">Iteration time per rank</h2>', charts.rank_times(model)]
+        bars, lines, why = _drawn(model)
+        body += ['<h2 id="charts">Iteration breakdown per iteration</h2>', why,
+                 charts.breakdown(model, bars),
+                 '<h2 id="rank-times">Iteration time per rank</h2>', charts.rank_times(model, lines)]
         nav.append(("rank-times", "Per rank"))
+        heat = scaled.heatmaps(model)
+        if heat:
+            body += ['<h2 id="heatmap">Ranks by iteration</h2>', heat]
+            nav.append(("heatmap", "Heatmap"))
     if model["cross_rank"]:
         body.append(_cross(model))
         nav.append(("cross-rank", "Across ranks"))
     if "top_operators" in sections:
         body.append(f'<h2 id="s-top_operators">{escape(sections["top_operators"]["title"])}</h2>')
-        body.append(charts.top_operators(sections["top_operators"]))
-        body.append(_section("top_operators", sections["top_operators"], anchor=False))
-    body += [_section(k, sections[k]) for k in ("communication",) if k in sections]
-    body += [_section(k, s) for k, s in sections.items() if k not in PLACED]
+        top = sections["top_operators"]
+        kept, _ = scale.section_rows(model, top)
+        body.append(charts.top_operators({**top, "rows": [top["rows"][i] for i in kept]}))
+        body.append(_section(model, "top_operators", top, anchor=False))
+    body += [_section(model, k, sections[k]) for k in ("communication",) if k in sections]
+    body += [_section(model, k, s) for k, s in sections.items() if k not in PLACED]
     nav += [(f"s-{k}", s["title"].split("(")[0].split(":")[0].strip()) for k, s in sections.items()]
     body.append(_missing(model))
     nav.append(("missing", "Missing"))
