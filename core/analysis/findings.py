@@ -17,8 +17,6 @@ from jobprof.analysis import scale
 from jobprof.analysis.breakdown import LABELS, PARTS
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import OPEN, ranges
-from jobprof.files.profdir import iteration_files
-from jobprof.files.timeline import NAME as MASTER
 from jobprof.plugin.types import Finding, PartSource, Section
 
 if TYPE_CHECKING:
@@ -100,11 +98,14 @@ def _straggler(model: dict[str, Any]) -> list[Finding]:
 def _iteration_shape(model: dict[str, Any]) -> list[Finding]:
     out: list[Finding] = []
     jitter: list[Finding] = []
+    firsts: dict[int, dict[str, Any]] = {}  # each rank's first row: one pass, not one per rank
+    for row in model["iterations"]:
+        firsts.setdefault(row["rank"], row)
     for r in model["ranks"]:
         if r["iterations"]["count"] < 4:
             continue
         stats = r["breakdown_ms"]["iteration"]
-        first = next((row for row in model["iterations"] if row["rank"] == r["rank"]), None)
+        first = firsts.get(r["rank"])
         who = f"rank {r['rank']}: " if len(model["ranks"]) > 1 else ""
         # the job's own time: jobprof's part (its start-up, hand-overs) is not the job's warm-up
         job_ms = first["iteration_ms"] - (first.get("profiler_ms") or 0.0) if first else 0.0
@@ -337,7 +338,7 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     if lost:
         notes.append(f"rank {r['rank']}: no raw data for iteration(s) {_text(lost)} "
                      "(aged out by storage_limit, or lost in a crash)")
-    rendered = {f.iteration for f in iteration_files(profile.folder(r["device"]), "timeline", MASTER)}
+    rendered = profile.rendered(r["device"])
     # from the disk, not from info.json's list: `jobprof export` may have rendered them since
     unrendered = set(indices) - rendered
     if unrendered:
