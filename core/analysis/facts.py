@@ -163,7 +163,9 @@ def reduce_device(profile: Profile, manager: PluginManager, device: int,
         iterations = list(profile.records(rawstore.ITERATION_STREAM, device))
         plugins = {name: value for name, value in manager.rank_facts(profile, device)}
     return {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
-            "selection": profile.selection.describe(), "entry": entry, "rows": rows,
+            "selection": profile.selection.describe(), "entry": entry,
+            # the model's iteration rows as they are: the basis is in the entry already
+            "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
             "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
             "rendered": _runs(profile.rendered(device)),
             "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}

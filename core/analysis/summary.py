@@ -129,8 +129,7 @@ def summarize(profile: Profile, manager: PluginManager, progress: Progress = qui
     model: dict[str, Any] = {
         "schema": SCHEMA, "prof_dir": str(profile.path), "selection": profile.selection.describe(),
         "ranks": ranks,
-        "iterations": [{k: v for k, v in r.items() if not k.startswith("_")}
-                       for rows in rows_by_rank.values() for r in rows],
+        "iterations": [r for rows in rows_by_rank.values() for r in rows],
         "cross_rank": cross_rank({r: rows for r, rows in rows_by_rank.items() if rows}),
         "sections": {s.key: section_json(s) for s in sections},
     }
