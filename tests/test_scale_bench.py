@@ -85,3 +85,19 @@ def test_replica_of_five_ranks(scale, source: Path, tmp_path: Path) -> None:
     assert {**_summary(cold), "prof_dir": None} == {**model, "prof_dir": None}
 
     assert _state(source) == before
+
+
+def test_twenty_ranks_from_facts_files_as_when_computed(scale, source: Path, tmp_path: Path) -> None:
+    """Past 16 ranks: the facts files answer as a cold computation on two workers does, ``--json``
+    is one line, and the terminal shows distributions across ranks, not one row per rank."""
+    replica = scale.replicate(source, tmp_path / "twenty", 20)
+    warm = jobprof_cli("summary", "--json", str(replica))
+    assert warm.returncode == 0, warm.stderr
+    assert warm.stdout.count("\n") == 1  # one line above 16 ranks
+    cold = scale.replicate(source, tmp_path / "cold20", 20, facts=False)
+    computed = jobprof_cli("summary", "--json", str(cold), "--jobs", "2")
+    assert computed.returncode == 0, computed.stderr
+    assert {**json.loads(warm.stdout), "prof_dir": None} == {**json.loads(computed.stdout), "prof_dir": None}
+    text = jobprof_cli("summary", str(replica)).stdout
+    assert "distributed across 20 ranks" in text
+    assert "\n     19  " not in text  # no per-rank row for the last rank in the breakdown
