@@ -216,6 +216,58 @@ def replicate(src_prof: Path, dest: Path, ranks: int, facts: bool = True) -> Pat
     return out
 
 
+def stretch(src_prof: Path, dest: Path, ranks: int, iterations: int) -> Path:
+    """A facts-only replica of ``ranks`` ranks x ``iterations`` iterations, for the combine half
+    at sizes no raw replica reaches here (1,024 x 1,000): each device holds its rewritten
+    info.json, linked end_info / raw segments, and a facts file whose iteration rows and records
+    are the source device's repeated to ``iterations`` (iteration numbers and start times
+    continued), its rank entry recomputed from them, its plugins' aggregates as the source's, and
+    every iteration counted as rendered.  No summary/ or timeline/ file: what it measures is
+    reading facts files and the cross-rank half, not rendering."""
+    from jobprof.analysis import facts as facts_mod
+    from jobprof.analysis.profile import Profile
+
+    source = _devices(src_prof)
+    kept = {old: json.loads((d / "data" / f"facts.{old}.json").read_text()) for old, d in source}
+    out = Path(dest) / src_prof.name
+    out.mkdir(parents=True)
+    for k in range(ranks):
+        old, folder = source[k % len(source)]
+        device = out / f"device_{k}"
+        (device / "data").mkdir(parents=True)
+        _write(device / f"info.json.{k}", _info(folder / f"info.json.{old}", k, ranks))
+        for name in (f"{base}.{old}{done}" for base in ("end_info", "start_info") for done in ("", ".done")):
+            if (folder / name).exists():
+                _link(folder / name, device / _name_for(name, old, k))
+        for segment in sorted((folder / "data").glob("raw.*.jsonl")):
+            _link(segment, device / "data" / segment.name)
+    keys = None
+    for k in range(ranks):
+        old, _ = source[k % len(source)]
+        src = kept[old]["facts"]
+        keys = keys or kept[old]["stamp"][1]
+        rows, records = src["rows"], src["iterations"]
+        span = records[-1]["end_ns"] - records[0]["start_ns"] if records else 0
+        new_rows, new_records = [], []
+        for i in range(iterations):
+            lap, j = divmod(i, len(rows))
+            shift = lap * span
+            new_rows.append({**rows[j], "rank": k, "device": k, "iteration": i + 1,
+                             "start_ns": rows[j]["start_ns"] + shift, "_basis": src["entry"]["basis"]})
+            rec = records[j]
+            new_records.append({**rec, "index": i + 1, "start_ns": rec["start_ns"] + shift,
+                                "end_ns": rec["end_ns"] + shift})
+        folder = out / f"device_{k}"
+        entry = facts_mod.rank_entry(Profile(out, device=k), k, new_rows)
+        facts = {**src, "device": k, "rank": k, "entry": entry, "iterations": new_records,
+                 "rows": [{n: v for n, v in r.items() if n != "_basis"} for r in new_rows],
+                 "rendered": [[1, iterations]], "problems": []}
+        stamp = facts_mod.stamp(folder, keys)
+        (folder / "data" / f"facts.{k}.json").write_text(
+            json.dumps({"stamp": stamp, "facts": facts}, separators=(",", ":")))
+    return out
+
+
 # -- timing ------------------------------------------------------------------------------------
 def _run(cmd: list[str], cwd: Path, timeout: float) -> dict[str, Any]:
     """One child run as ``_timed`` of ``bench/analysis.py`` does it (wall, CPU, its own VmHWM), with
@@ -488,7 +540,11 @@ def main() -> int:
                         "time); the replicas are made beside it")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per command")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the raw numbers here")
+    parser.add_argument("--stretch", metavar="RxN", help="instead: a facts-only replica of R ranks x N "
+                        "iterations (stretch()); time summary --json and report reading it")
     args = parser.parse_args()
+    if args.stretch:
+        return _stretched(args)
     counts = ([int(x) for x in args.ranks.split(",")] if args.ranks else
               list(QUICK_RANKS if args.quick else RANKS))
     try:
@@ -507,6 +563,36 @@ def main() -> int:
         args.json.write_text(json.dumps(result, indent=1))
         print(f"- raw numbers: {args.json}")
     return 2 if any(p.get("problem") for p in result["points"]) else 0
+
+
+def _stretched(args: argparse.Namespace) -> int:
+    """``--stretch RxN``: the combine half alone, at R ranks x N iterations (facts files only)."""
+    ranks, iterations = (int(x) for x in args.stretch.lower().split("x"))
+    cache = args.cache or Path(tempfile.mkdtemp(prefix="jobprof-stretch-"))
+    work = Path(tempfile.mkdtemp(prefix="stretch-", dir=cache))
+    try:
+        prof, _, _ = _source(cache, work)
+        began = time.perf_counter()
+        replica = stretch(prof, work / "stretched", ranks, iterations)
+        took = time.perf_counter() - began
+        print(f"stretch: {ranks} ranks x {iterations} iterations built in {took:.1f} s")
+        for name, cmd in (("summary --json", ["summary", "--json", str(replica)]),
+                          ("report", ["report", str(replica), "-o", str(work / "r.html")])):
+            got = _run([sys.executable, "-c", _MEASURED, *cmd], work, args.timeout)
+            size = (work / "r.html").stat().st_size if name == "report" and (work / "r.html").exists() \
+                else len(got.get("stdout") or "")
+            if name == "summary --json" and got.get("stdout"):
+                model = json.loads(got["stdout"])
+                counts = {r["iterations"]["count"] for r in model["ranks"]}
+                if len(model["ranks"]) != ranks or counts != {iterations}:
+                    raise HarnessError(f"the stretched profile read as {len(model['ranks'])} ranks with "
+                                       f"{sorted(counts)} iterations, not {ranks} x {iterations}")
+            print(f"stretch: {name}: {got.get('wall_s', float('nan')):.2f} s wall, "
+                  f"{got.get('cpu_s', float('nan')):.2f} s CPU, {got.get('peak_mb', float('nan')):.0f} MB "
+                  f"peak, {size:,} bytes out ({got.get('status', 'ok')})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
