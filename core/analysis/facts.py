@@ -41,7 +41,8 @@ from jobprof.plugin.manager import DISABLE_ENV, PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.types import Iteration
 
-SCHEMA = "jobprof.facts/1"
+#: bumped whenever what a facts file holds changes shape: an older file is then stale
+SCHEMA = "jobprof.facts/2"
 ENGINES = ("local", "dask")
 #: the environment variable Dask (and Nsight Systems' recipes) read for a scheduler's address
 DASK_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
