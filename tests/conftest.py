@@ -68,6 +68,17 @@ def runner(tmp_path: Path) -> Runner:
     return Runner(tmp_path)
 
 
+def loaded_manager():  # -> jobprof.plugin.manager.PluginManager
+    """A plugin manager with every installed entry point loaded, as the CLI builds one (imported
+    here, not at the top: tests/test_same_output.py imports this module and nothing of jobprof)."""
+    from jobprof.plugin.manager import PluginManager
+    from jobprof.plugin.reporter import Reporter
+
+    manager = PluginManager(Reporter())
+    manager.load_entry_points()
+    return manager
+
+
 def jobprof_cli(*args: str, env: dict[str, str] | None = None,
                 cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the installed ``jobprof`` command (the console script, as a user would)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Runner, jobprof_cli, torchrun
+from conftest import Runner, jobprof_cli, loaded_manager, torchrun
 from jobprof.analysis import facts, summary
 from jobprof.analysis.profile import Profile
 from jobprof.files import rawstore
@@ -52,18 +52,12 @@ def _model(prof: Path, *args: str, env: dict[str, str] | None = None) -> str:
     return proc.stdout
 
 
-def _manager() -> PluginManager:
-    manager = PluginManager(Reporter())
-    manager.load_entry_points()
-    return manager
-
-
 def test_the_job_writes_each_ranks_facts_at_exit(prof: Path) -> None:
     files = _files(prof)
     assert [f.name for f in files] == ["facts.0.json", "facts.1.json"]
     for device, path in enumerate(files):
         kept = json.loads(path.read_text())
-        assert kept["stamp"] == facts.stamp(path.parent.parent, facts.plugin_keys(_manager()))
+        assert kept["stamp"] == facts.stamp(path.parent.parent, facts.plugin_keys(loaded_manager()))
         mine = kept["facts"]
         assert (mine["schema"], mine["device"], mine["rank"]) == (facts.SCHEMA, device, device)
         assert [r["iteration"] for r in mine["rows"]] == list(range(1, 13))
@@ -73,7 +67,7 @@ def test_the_job_writes_each_ranks_facts_at_exit(prof: Path) -> None:
 
 
 def test_summary_reads_the_facts_and_no_raw_data(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    manager = _manager()
+    manager = loaded_manager()
     expected = summary.summarize(Profile(prof), manager)  # from the facts files
 
     def refused(*_: object) -> None:

@@ -19,13 +19,11 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, Runner, torchrun
+from conftest import REPO, Runner, loaded_manager, torchrun
 from jobprof.analysis import facts
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
 from jobprof.files import rawstore
-from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.types import Section
 from jobprof.plugins.dp import report as dp_report
 from jobprof.plugins.fusion_op import report as fusion_report
@@ -122,12 +120,6 @@ def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 EXPECTED = {"ddp": {"hccl", "msproftx", "dp"}, "compiled": {"msproftx", "fusion_op"}}
 
 
-def _manager() -> PluginManager:
-    manager = PluginManager(Reporter())
-    manager.load_entry_points()
-    return manager
-
-
 def _sections(profile: Profile) -> dict[str, list[Section]]:
     return {name: section(profile) for name, (_, section) in PLUGINS.items()}
 
@@ -160,7 +152,7 @@ def test_facts_are_small_json_of_one_device(profiles: dict[str, Path], shape: st
             if value is not None:
                 answered.add(name)
         # the hook answers the same, through the manager's contract check
-        hooked = dict(_manager().rank_facts(alone, device))
+        hooked = dict(loaded_manager().rank_facts(alone, device))
         for name, (rank_facts, _) in PLUGINS.items():
             assert hooked.get(name) == rank_facts(alone, device), name
     assert answered == EXPECTED[shape]
@@ -172,7 +164,7 @@ def test_sections_from_the_exporters_facts_files(profiles: dict[str, Path], shap
     expected = _sections(Profile(prof))  # no facts attached: each section computes them
     assert {name for name, found in expected.items() if found} == EXPECTED[shape]
     gathered = Profile(prof)
-    kept = facts.gather(gathered, _manager(), "local", 1)
+    kept = facts.gather(gathered, loaded_manager(), "local", 1)
     for device, one in kept.items():
         assert set(PLUGINS) <= set(one["asked"])  # the job's exporter asked these plugins
         for name in PLUGINS:
@@ -188,7 +180,7 @@ def test_sections_from_computed_facts(profiles: dict[str, Path], shape: str, job
     prof = _unfactored(profiles[shape], tmp_path)
     expected = _sections(Profile(prof))
     gathered = Profile(prof)
-    facts.gather(gathered, _manager(), "local", jobs)
+    facts.gather(gathered, loaded_manager(), "local", jobs)
     for device in gathered.devices:
         for name in PLUGINS:
             gathered.facts(name, device, _refuse)
@@ -204,7 +196,7 @@ def test_sections_of_an_iteration_window(profiles: dict[str, Path], shape: str) 
     window = Selection((2, 4))
     expected = _sections(Profile(prof, window))
     gathered = Profile(prof, window)
-    facts.gather(gathered, _manager(), "local", 2)
+    facts.gather(gathered, loaded_manager(), "local", 2)
     assert _sections(gathered) == expected
     assert expected != _sections(Profile(prof))  # the window changes what they say
 
@@ -215,7 +207,7 @@ def test_one_rank_selected(profiles: dict[str, Path]) -> None:
     only = Selection(ranks=[1])
     expected = _sections(Profile(prof, only))
     gathered = Profile(prof, only)
-    facts.gather(gathered, _manager(), "local", 1)
+    facts.gather(gathered, loaded_manager(), "local", 1)
     assert gathered.devices == [1]
     assert _sections(gathered) == expected
     assert all(row[0] == 1 for row in expected["hccl"][0].rows)

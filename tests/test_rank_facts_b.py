@@ -20,12 +20,10 @@ from typing import Any
 
 import pytest
 
-from conftest import REPO, Runner
+from conftest import REPO, Runner, loaded_manager
 from jobprof.analysis import facts
 from jobprof.analysis.profile import Profile
 from jobprof.files import rawstore
-from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.types import Section
 from jobprof.plugins.aicpu import report as aicpu_report
 from jobprof.plugins.l2 import report as l2_report
@@ -53,12 +51,6 @@ def prof(tmp_path_factory: pytest.TempPathFactory) -> Path:
                env={"JOBPROF_L2_EVENTS": "software"}, timeout=300)
     (found,) = runner.prof_dirs()
     return found
-
-
-def _manager() -> PluginManager:
-    manager = PluginManager(Reporter())
-    manager.load_entry_points()
-    return manager
 
 
 def _sections(profile: Profile) -> dict[str, list[Section]]:
@@ -126,7 +118,7 @@ def test_facts_are_small_json_of_one_device(prof: Path) -> None:
     assert answers["task_trace"]["files"] == answers["task_trace"]["iterations"] == STEPS
     assert answers["l2"]["source"] == "software" and answers["l2"]["measured"] > 0
     # the hook answers the same, through the manager's contract check
-    assert {name: value for name, value in _manager().rank_facts(alone, device)
+    assert {name: value for name, value in loaded_manager().rank_facts(alone, device)
             if name in PLUGINS} == answers
 
 
@@ -137,7 +129,7 @@ def test_sections_from_gathered_facts_equal_the_direct_ones(prof: Path, tmp_path
     expected = _sections(Profile(path))  # no facts attached: each section computes them
     assert all(expected.values()), expected
     gathered = Profile(path)
-    kept = facts.gather(gathered, _manager(), "local", 1)
+    kept = facts.gather(gathered, loaded_manager(), "local", 1)
     for device, one in kept.items():
         assert set(PLUGINS) <= set(one["asked"])
         for name in PLUGINS:
@@ -167,8 +159,8 @@ def test_the_exporter_wrote_the_facts(prof: Path) -> None:
     """The job's exit export kept every plugin's answer: the whole profile reads them back."""
     profile = Profile(prof)
     (device,) = profile.devices
-    assert facts.read_cached(profile, device, facts.plugin_keys(_manager())) is not None
+    assert facts.read_cached(profile, device, facts.plugin_keys(loaded_manager())) is not None
     alone = Profile(prof, device=device)
-    kept = facts.gather(profile, _manager(), "local", 1)[device]
+    kept = facts.gather(profile, loaded_manager(), "local", 1)[device]
     for name, (rank_facts, _) in PLUGINS.items():
         assert kept["plugins"][name] == rank_facts(alone, device), name

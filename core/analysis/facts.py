@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,6 @@ SCHEMA = "jobprof.facts/2"
 ENGINES = ("local", "dask")
 #: the environment variable Dask (and Nsight Systems' recipes) read for a scheduler's address
 DASK_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
-
 
 
 def path(folder: Path, device: int) -> Path:
@@ -294,7 +293,7 @@ def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs
     jobs = default_jobs() if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"--jobs {jobs}: expected 1 or more")
-    show = progress or (lambda items, total, desc: items)
+    show = progress or quiet
     keys = plugin_keys(manager)
     found: dict[int, Facts] = {}
     todo = []
@@ -324,7 +323,3 @@ def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs
         out[device] = facts
     return out
 
-
-def by_device(facts: Mapping[int, Facts]) -> list[Facts]:
-    """Facts in device order."""
-    return [facts[d] for d in sorted(facts)]
