@@ -17,6 +17,7 @@ import pytest
 from conftest import Runner, jobprof_cli, loaded_manager, torchrun
 from jobprof.analysis import facts, summary
 from jobprof.analysis.profile import Profile
+from jobprof.analysis.selection import Selection
 from jobprof.files import rawstore
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.manager import PluginManager
@@ -93,6 +94,45 @@ def test_every_engine_and_the_facts_files_give_the_same_model(prof: Path) -> Non
     assert not _files(prof), "summary is read-only: it computes facts, it does not write them"
     model = json.loads(cached)
     assert model["cross_rank"]["iterations_compared"] == 12
+
+
+def _diff(prof: Path, *args: str) -> str:
+    proc = jobprof_cli("diff", "--json", str(prof), str(prof), *args)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_diff_reads_the_facts_and_no_raw_data(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobprof.analysis import diff
+    from jobprof.plugins.task_trace import diff as task_diff
+
+    manager = loaded_manager()
+    everything = Selection(None)
+    expected = diff.compare(diff.load(prof, everything, manager), diff.load(prof, everything, manager))
+
+    def refused(*_: object) -> None:
+        raise AssertionError("a raw read while every rank's facts file is valid")
+
+    monkeypatch.setattr(rawstore, "read", refused)
+    monkeypatch.setattr(task_diff, "read_op_statistic", refused)
+    side = diff.load(prof, everything, manager)
+    assert diff.compare(side, side) == expected
+    assert {"operators", "collectives"} <= set(side.tables) and side.ranks == [0, 1]
+    assert expected["counts"]["operators"] > 5 and expected["counts"]["collectives"] >= 1
+
+
+def test_diff_from_facts_files_equals_diff_from_raw_data_on_every_engine(prof: Path) -> None:
+    cached = _diff(prof)
+    window = _diff(prof, "--iterations", "3-9")  # a window is always computed
+    for path in _files(prof):
+        path.unlink()
+    assert _diff(prof, "--jobs", "1") == cached
+    assert _diff(prof, "--jobs", "2") == cached
+    assert _diff(prof, "--engine", "dask", "--jobs", "2") == cached
+    assert _diff(prof, "--iterations", "3-9", "--jobs", "1") == window
+    model = json.loads(cached)
+    assert model["a"]["iterations"] == 24 and model["a"]["op_statistic_files"] == 24
+    assert json.loads(window)["a"]["iterations"] == 14
 
 
 def test_the_report_takes_the_engine_too(prof: Path, tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
 """``jobprof diff``: what got slower or faster between two profiles (before / after a change).
 
-Each side is read once: every selected iteration's breakdown (:func:`jobprof.analysis.facts.iteration_rows`,
-the same parts ``jobprof summary`` shows) and, per rank, the tables plugins contribute through
-``jobprof_diff_tables`` (:class:`~jobprof.plugin.types.DiffTable`: task_trace's operator types,
-hccl's collectives, ...).  Counts and times are normalised per iteration of one rank, because
-the two runs may have run different numbers of iterations or ranks; the raw numbers of
-iterations are part of the model.
+Each side is read from its ranks' facts (:mod:`jobprof.analysis.facts`, as ``jobprof summary``
+reads them): every selected iteration's breakdown (the same parts ``jobprof summary`` shows) and,
+per rank, the tables plugins contribute through ``jobprof_diff_tables``
+(:class:`~jobprof.plugin.types.DiffTable`: task_trace's operator types, hccl's collectives, ...).
+Counts and times are normalised per iteration of one rank, because the two runs may have run
+different numbers of iterations or ranks; the raw numbers of iterations are part of the model.
 
 A change is called ``slower`` / ``faster`` only when it passes both noise thresholds below (a
 relative one and an absolute one); otherwise it is ``unchanged``.  Keys (operator types,
@@ -22,8 +22,8 @@ from typing import Any
 
 import attrs
 
-from jobprof.analysis import breakdown
-from jobprof.analysis.facts import Progress, iteration_rows, quiet
+from jobprof.analysis import breakdown, facts
+from jobprof.analysis.facts import Progress
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection, narrowed
 from jobprof.analysis.stats import p95
@@ -85,17 +85,20 @@ class Side:
         return total
 
 
-def load(path: Path, selection: Selection, manager: PluginManager, progress: Progress = quiet) -> Side:
-    """Read one side (raises FileNotFoundError when ``path`` holds no PROF_ directory)."""
+def load(path: Path, selection: Selection, manager: PluginManager, progress: Progress | None = None,
+         engine: str = "local", jobs: int | None = None, scheduler: str | None = None) -> Side:
+    """Read one side from its ranks' facts (:func:`jobprof.analysis.facts.gather`: facts files
+    where valid, else each rank reduced on ``engine``); raises FileNotFoundError when ``path``
+    holds no PROF_ directory."""
     profile = Profile(path, selection)
     rows: dict[int, list[dict[str, Any]]] = {}
     tables: dict[str, dict[int, DiffTable]] = {}
     owners: dict[str, str] = {}
-    for device in profile.devices:
+    for device, found in facts.gather(profile, manager, engine, jobs, scheduler, progress).items():
         rank = profile.rank(device)
-        rows[rank] = list(iteration_rows(profile, manager, device, progress))
-        for plugin, found in manager.diff_tables(profile, device):
-            for table in found:
+        rows[rank] = found["rows"]
+        for plugin, plain in found.get("diff_tables", {}).items():
+            for table in map(DiffTable.from_plain, plain):
                 owner = owners.setdefault(table.key, plugin)
                 if owner != plugin:
                     manager.fail(plugin, f"jobprof_diff_tables returned table '{table.key}', which "

@@ -1,11 +1,12 @@
-"""Reduce each rank where its data is: the map half of ``summary`` / ``report``.
+"""Reduce each rank where its data is: the map half of ``summary`` / ``report`` / ``diff``.
 
 A device's *facts* are everything the analysis commands need of it, computed from its raw data in
 one pass: its iteration records, the per-iteration breakdown rows of
 :func:`jobprof.analysis.summary.iteration_rows`, its rank entry, every plugin's
-``jobprof_rank_facts`` aggregates and the read problems met on the way.  They are small (a row
-per iteration and a few aggregates), so the cross-rank half (:func:`jobprof.analysis.summary.
-summarize`) holds every rank's at once and reads no raw record.
+``jobprof_rank_facts`` aggregates and ``jobprof_diff_tables`` tables, and the read problems met on
+the way.  They are small (a row per iteration and a few aggregates), so the cross-rank half
+(:func:`jobprof.analysis.summary.summarize`, :func:`jobprof.analysis.diff.load`) holds every
+rank's at once and reads no raw record.
 
 Where they come from, cheapest first:
 
@@ -42,7 +43,7 @@ from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.types import Iteration
 
 #: bumped whenever what a facts file holds changes shape: an older file is then stale
-SCHEMA = "jobprof.facts/2"
+SCHEMA = "jobprof.facts/3"
 ENGINES = ("local", "dask")
 #: the environment variable Dask (and Nsight Systems' recipes) read for a scheduler's address
 DASK_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
@@ -77,11 +78,15 @@ def stamp(folder: Path, keys: Iterable[str]) -> list[Any]:
     return [SCHEMA, sorted(keys), _files_stamp(folder)]
 
 
+def _implementers(manager: PluginManager, hook: str) -> set[str]:
+    return {impl.plugin_name for impl in getattr(manager.hook, hook).get_hookimpls()
+            if not impl.wrapper and manager.has_plugin(impl.plugin_name)}
+
+
 def asked_plugins(manager: PluginManager) -> list[str]:
     """The loaded plugins that answer ``jobprof_rank_facts`` (a plugin not asked falls back to
     computing its aggregates from the raw data in :meth:`Profile.facts`)."""
-    return sorted({impl.plugin_name for impl in manager.hook.jobprof_rank_facts.get_hookimpls()
-                   if not impl.wrapper and manager.has_plugin(impl.plugin_name)})
+    return sorted(_implementers(manager, "jobprof_rank_facts"))
 
 
 Progress = Callable[[Iterable[Any], int | None, str], Iterable[Any]]
@@ -147,10 +152,12 @@ def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dic
 
 
 def plugin_keys(manager: PluginManager) -> list[str]:
-    """``"<name> <distribution> <version>"`` of every plugin :func:`asked_plugins` names."""
+    """``"<name> <distribution> <version>"`` of every plugin whose answers a facts file keeps:
+    those that answer ``jobprof_rank_facts`` or ``jobprof_diff_tables``."""
     records = {r.name: r for r in manager.records()}
+    kept = _implementers(manager, "jobprof_rank_facts") | _implementers(manager, "jobprof_diff_tables")
     return [f"{name} {records[name].distribution} {records[name].version}".rstrip() if name in records
-            else name for name in asked_plugins(manager)]
+            else name for name in sorted(kept)]
 
 
 def reduce_device(profile: Profile, manager: PluginManager, device: int,
@@ -162,13 +169,16 @@ def reduce_device(profile: Profile, manager: PluginManager, device: int,
         entry = rank_entry(profile, device, rows)
         iterations = list(profile.records(rawstore.ITERATION_STREAM, device))
         plugins = {name: value for name, value in manager.rank_facts(profile, device)}
+        # jobprof diff's tables (core-declared DiffTable values, so the core keeps them for any plugin)
+        tables = {name: [t.to_plain() for t in found] for name, found in manager.diff_tables(profile, device)}
     return {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
             "selection": profile.selection.describe(), "entry": entry,
             # the model's iteration rows as they are: the basis is in the entry already
             "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
             "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
             "rendered": _runs(profile.rendered(device)),
-            "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}
+            "asked": asked_plugins(manager), "plugins": plugins, "diff_tables": tables,
+            "problems": problems}
 
 
 def _runs(numbers: set[int]) -> list[list[int]]:

@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from jobprof.analysis import breakdown, diff
 from jobprof.analysis.selection import narrowed
-from jobprof.cli._common import add_selection, new_manager, progress_for, selection
+from jobprof.cli._common import add_engine, add_selection, new_manager, progress_for, selection
 from jobprof.plugin.types import DiffTable
 
 #: operator / collective rows shown on a terminal without --top
@@ -39,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"operator and collective rows to show (default {TOP} on a terminal; "
                         "all with --json)")
     p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see README)")
+    add_engine(p)
     p.set_defaults(func=run)
 
 
@@ -126,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
         sel_b = selection(args, args.iterations_b) if args.iterations_b is not None else sel_a
         manager, _ = new_manager()
         manager.load_entry_points()
-        a = diff.load(args.prof_a, sel_a, manager, progress_for())
-        b = diff.load(args.prof_b, sel_b, manager, progress_for())
+        engine = (args.engine, args.jobs, args.scheduler)
+        a = diff.load(args.prof_a, sel_a, manager, progress_for(), *engine)
+        b = diff.load(args.prof_b, sel_b, manager, progress_for(), *engine)
         model = diff.compare(a, b, per_rank=args.per_rank)
         specs = diff.tables(a, b)
     except (diff.DiffError, FileNotFoundError, NotADirectoryError) as exc:  # nothing usable to compare

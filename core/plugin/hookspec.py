@@ -20,7 +20,7 @@ Lifecycle of one profiled process::
                    jobprof_report_sections(profile)    by `jobprof summary` and `jobprof report`
                    jobprof_iteration_spans(iteration, streams)   by `jobprof summary`, per iteration
                    jobprof_breakdown_sources()         by `jobprof summary`: who measures which part
-                   jobprof_diff_tables(profile, device)   by `jobprof diff`, per device of each side
+                   jobprof_diff_tables(profile, device)   per device, beside jobprof_rank_facts
 
 A hook that raises disables its plugin for the rest of the process; the job and the other
 plugins carry on, and the reporter names the plugin once.  So does a result the hook's
@@ -324,9 +324,11 @@ def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
 def jobprof_diff_tables(profile: Profile, device: int) -> Iterable[DiffTable] | None:
     """Return this plugin's tables for ``jobprof diff``: counts per key on one device.
 
-    Called by ``jobprof diff`` once per selected device of each side (A, then B), after the
-    core has read that device's iterations, with the side's
-    :class:`~jobprof.analysis.profile.Profile` (it follows ``--rank`` / ``--iterations``).
+    Called once per device wherever its facts are computed, as ``jobprof_rank_facts`` is: at the
+    job's exit and by ``jobprof export`` (the tables are kept in the device's facts file, so
+    ``jobprof diff`` reads no raw data), or by ``jobprof diff`` for a device without a valid facts
+    file, with a :class:`~jobprof.analysis.profile.Profile` of that device (it follows
+    ``--rank`` / ``--iterations``).
     Return :class:`~jobprof.plugin.types.DiffTable` objects (each with a stable ``key``, its
     key ``columns`` and one :class:`~jobprof.plugin.types.DiffCount` per key: calls, time,
     optionally bytes and a per-iteration series), or None.  The core pools the ranks, normalises

@@ -892,6 +892,22 @@ class DiffTable:
             raise ValueError(f"DiffTable {self.key!r}: row {wrong[0]!r} is not a key of "
                              f"{len(self.columns)} string(s) with a DiffCount")
 
+    def to_plain(self) -> dict[str, Any]:
+        """The table as plain JSON values (a device's facts keep it: ``jobprof diff`` then reads
+        no raw record); :meth:`from_plain` gives the same table back."""
+        plain = attrs.asdict(self, filter=lambda a, _: a.name != "rows")
+        plain["rows"] = [[list(key), c.calls, c.time, c.bytes, None if c.series is None else list(c.series)]
+                         for key, c in self.rows.items()]
+        return plain
+
+    @classmethod
+    def from_plain(cls, plain: Mapping[str, Any]) -> DiffTable:
+        """The table :meth:`to_plain` wrote; ValueError / TypeError / KeyError when ``plain``
+        is not one."""
+        rows = {tuple(key): DiffCount(calls, time, size, series) for key, calls, time, size, series
+                in plain["rows"]}
+        return cls(**{k: v for k, v in plain.items() if k != "rows"}, rows=rows)
+
 
 @attrs.frozen
 class PartSource:
