@@ -46,7 +46,10 @@ def _real_rows() -> list[dict[str, Any]]:
     subprocess.run([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--steps", "20",
                     "--workers", "0"], env=env, check=True, capture_output=True, timeout=300)
     (facts,) = out.glob("PROF_*/device_0/data/facts.0.json")
-    return json.loads(facts.read_text())["facts"]["rows"]
+    from jobprof.analysis.facts import read_file
+
+    rows: list[dict[str, Any]] = read_file(facts)["facts"]["rows"]
+    return rows
 
 
 def replicate(rows: list[dict[str, Any]], ranks: int, iterations: int) -> dict[int, list[dict[str, Any]]]:

@@ -161,7 +161,7 @@ def _facts_text(src: Path, folder: Path, device: int, world: int) -> str | None:
     from jobprof.analysis import facts as facts_mod
 
     try:
-        kept = json.loads(src.read_text())
+        kept = facts_mod.read_file(src)
         asked, facts = kept["stamp"][1], kept["facts"]
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
@@ -173,7 +173,7 @@ def _facts_text(src: Path, folder: Path, device: int, world: int) -> str | None:
             entry["world_size"] = world
     for row in facts.get("rows") or ():
         row["rank"] = row["device"] = device
-    return json.dumps({"stamp": facts_mod.stamp(folder, asked), "facts": facts}, separators=(",", ":"))
+    return facts_mod.file_text(facts_mod.stamp(folder, asked), facts)
 
 
 def add_facts(src_prof: Path, replica: Path) -> int:
@@ -216,6 +216,26 @@ def replicate(src_prof: Path, dest: Path, ranks: int, facts: bool = True) -> Pat
     return out
 
 
+def _stretch_tables(tables: dict[str, list[Any]], factor: float) -> dict[str, list[Any]]:
+    """diff's tables (``DiffTable.to_plain``) grown ``factor`` times, as if their iterations
+    repeated: counts and times scaled, each per-iteration series repeated to the new length."""
+    out: dict[str, list[Any]] = {}
+    for plugin, found in tables.items():
+        out[plugin] = []
+        for table in found:
+            covered = table.get("covered")
+            grown = None if covered is None else round(covered * factor)
+            rows = []
+            for key, calls, time_, size, series in table["rows"]:
+                if series:
+                    laps = -(-round(len(series) * factor) // len(series))
+                    series = (series * laps)[:round(len(series) * factor)]
+                rows.append([key, round(calls * factor), time_ * factor,
+                             None if size is None else round(size * factor), series])
+            out[plugin].append({**table, "covered": grown, "rows": rows})
+    return out
+
+
 def stretch(src_prof: Path, dest: Path, ranks: int, iterations: int) -> Path:
     """A facts-only replica of ``ranks`` ranks x ``iterations`` iterations, for the combine half
     at sizes no raw replica reaches here (1,024 x 1,000): each device holds its rewritten
@@ -228,7 +248,7 @@ def stretch(src_prof: Path, dest: Path, ranks: int, iterations: int) -> Path:
     from jobprof.analysis.profile import Profile
 
     source = _devices(src_prof)
-    kept = {old: json.loads((d / "data" / f"facts.{old}.json").read_text()) for old, d in source}
+    kept = {old: facts_mod.read_file(d / "data" / f"facts.{old}.json") for old, d in source}
     out = Path(dest) / src_prof.name
     out.mkdir(parents=True)
     for k in range(ranks):
@@ -261,10 +281,10 @@ def stretch(src_prof: Path, dest: Path, ranks: int, iterations: int) -> Path:
         entry = facts_mod.rank_entry(Profile(out, device=k), k, new_rows)
         facts = {**src, "device": k, "rank": k, "entry": entry, "iterations": new_records,
                  "rows": [{n: v for n, v in r.items() if n != "_basis"} for r in new_rows],
-                 "rendered": [[1, iterations]], "problems": []}
+                 "rendered": [[1, iterations]], "problems": [],
+                 "diff_tables": _stretch_tables(src.get("diff_tables") or {}, iterations / len(rows))}
         stamp = facts_mod.stamp(folder, keys)
-        (folder / "data" / f"facts.{k}.json").write_text(
-            json.dumps({"stamp": stamp, "facts": facts}, separators=(",", ":")))
+        (folder / "data" / f"facts.{k}.json").write_text(facts_mod.file_text(stamp, facts))
     return out
 
 
@@ -401,8 +421,10 @@ def _measure(rank_counts: list[int], cache: Path, work: Path, timeout: float) ->
             print(f"scale: {ranks} ranks: {name}: {_fmt(one['wall_s'])} s ({one['status']})",
                   file=sys.stderr, flush=True)
         if with_facts and add_facts(src, replica) == ranks:
-            for name, cmd, output in (("summary, facts files", arms[1 if engines else 0][1], None),
-                                      ("report, facts files", arms[3 if engines else 1][1], work / "x.html")):
+            facts_arms = (("summary, facts files", arms[1 if engines else 0][1], None),
+                          ("report, facts files", arms[3 if engines else 1][1], work / "x.html"),
+                          ("diff A A, facts files", arms[4 if engines else 2][1], None))
+            for name, cmd, output in facts_arms:
                 one = _run(cmd, work, timeout)
                 if output is not None and output.exists():
                     one["output_bytes"] = output.stat().st_size
@@ -577,7 +599,8 @@ def _stretched(args: argparse.Namespace) -> int:
         took = time.perf_counter() - began
         print(f"stretch: {ranks} ranks x {iterations} iterations built in {took:.1f} s")
         for name, cmd in (("summary --json", ["summary", "--json", str(replica)]),
-                          ("report", ["report", str(replica), "-o", str(work / "r.html")])):
+                          ("report", ["report", str(replica), "-o", str(work / "r.html")]),
+                          ("diff A A --json", ["diff", "--json", str(replica), str(replica)])):
             got = _run([sys.executable, "-c", _MEASURED, *cmd], work, args.timeout)
             size = (work / "r.html").stat().st_size if name == "report" and (work / "r.html").exists() \
                 else len(got.get("stdout") or "")

@@ -248,9 +248,12 @@ def _raw(path: Path) -> dict:
 
 
 def _facts(path: Path) -> dict:
-    kept = json.loads(path.read_text(encoding="utf-8"))
+    # two JSON lines: {"stamp", "facts"}, then {"diff_tables"}
+    head, _, tail = path.read_text(encoding="utf-8").partition("\n")
+    kept = json.loads(head)
     facts = kept.get("facts") or {}
     return {"kind": "facts", "keys": sorted(kept), "facts_keys": sorted(facts),
+            "second_line_keys": sorted(json.loads(tail)) if tail else None,
             "asked": facts.get("asked"), "answered": sorted(facts.get("plugins") or {}),
             "rows": len(facts.get("rows") or ())}
 

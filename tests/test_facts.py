@@ -57,7 +57,7 @@ def test_the_job_writes_each_ranks_facts_at_exit(prof: Path) -> None:
     files = _files(prof)
     assert [f.name for f in files] == ["facts.0.json", "facts.1.json"]
     for device, path in enumerate(files):
-        kept = json.loads(path.read_text())
+        kept = facts.read_file(path)
         assert kept["stamp"] == facts.stamp(path.parent.parent, facts.plugin_keys(loaded_manager()))
         mine = kept["facts"]
         assert (mine["schema"], mine["device"], mine["rank"]) == (facts.SCHEMA, device, device)
@@ -121,6 +121,18 @@ def test_diff_reads_the_facts_and_no_raw_data(prof: Path, monkeypatch: pytest.Mo
     assert expected["counts"]["operators"] > 5 and expected["counts"]["collectives"] >= 1
 
 
+def test_summary_leaves_diffs_tables_undecoded(prof: Path) -> None:
+    # the second line of a facts file (diff's tables) is damaged: summary never decodes it, and
+    # diff, which does, computes that rank's facts again and gives the same answer
+    cached = _model(prof)
+    diff_before = _diff(prof)
+    path = _files(prof)[0]
+    head, _, _ = path.read_text().partition("\n")
+    path.write_text(head + "\n{\"diff_tables\": [")
+    assert _model(prof) == cached
+    assert _diff(prof) == diff_before
+
+
 def test_diff_from_facts_files_equals_diff_from_raw_data_on_every_engine(prof: Path) -> None:
     cached = _diff(prof)
     window = _diff(prof, "--iterations", "3-9")  # a window is always computed
@@ -145,9 +157,9 @@ def test_the_report_takes_the_engine_too(prof: Path, tmp_path: Path) -> None:
 def test_a_stale_facts_file_is_not_used(prof: Path) -> None:
     truth = json.loads(_model(prof))
     path = _files(prof)[1]
-    kept = json.loads(path.read_text())
+    kept = facts.read_file(path)
     kept["facts"]["rows"][0]["iteration_ms"] = 123456.0  # planted: shows whether the file is read
-    path.write_text(json.dumps(kept))
+    path.write_text(facts.file_text(kept["stamp"], kept["facts"]))
     planted = json.loads(_model(prof))
     assert planted["iterations"][12]["iteration_ms"] == 123456.0
     # a window: facts of the whole run do not answer for part of it
@@ -179,7 +191,7 @@ def test_export_never_writes_facts_through_a_symlink(prof: Path, tmp_path: Path)
     proc = jobprof_cli("export", str(prof))
     assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == "untouched"
-    assert not path.is_symlink() and json.loads(path.read_text())["facts"]["device"] == 0
+    assert not path.is_symlink() and facts.read_file(path)["facts"]["device"] == 0
 
 
 class _NotJson:

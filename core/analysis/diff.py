@@ -94,10 +94,11 @@ def load(path: Path, selection: Selection, manager: PluginManager, progress: Pro
     rows: dict[int, list[dict[str, Any]]] = {}
     tables: dict[str, dict[int, DiffTable]] = {}
     owners: dict[str, str] = {}
-    for device, found in facts.gather(profile, manager, engine, jobs, scheduler, progress).items():
+    for device, found in facts.gather(profile, manager, engine, jobs, scheduler, progress,
+                                             tables=True).items():
         rank = profile.rank(device)
         rows[rank] = found["rows"]
-        for plugin, plain in found.get("diff_tables", {}).items():
+        for plugin, plain in found["diff_tables"].items():
             for table in map(DiffTable.from_plain, plain):
                 owner = owners.setdefault(table.key, plugin)
                 if owner != plugin:

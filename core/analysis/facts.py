@@ -35,7 +35,7 @@ from typing import Any
 
 from jobprof.analysis import breakdown
 from jobprof.analysis.profile import Facts, Profile
-from jobprof.analysis.selection import Selection
+from jobprof.analysis.selection import Selection, runs
 from jobprof.analysis.stats import describe
 from jobprof.files import fsio, rawstore
 from jobprof.plugin.manager import DISABLE_ENV, PluginManager
@@ -161,8 +161,9 @@ def plugin_keys(manager: PluginManager) -> list[str]:
 
 
 def reduce_device(profile: Profile, manager: PluginManager, device: int,
-                  progress: Progress = quiet) -> Facts:
-    """One device's facts, computed from its raw data (``profile`` holds that device)."""
+                  progress: Progress = quiet, tables: bool = True) -> Facts:
+    """One device's facts, computed from its raw data (``profile`` holds that device);
+    ``tables``: with ``jobprof diff``'s tables (key ``diff_tables``)."""
     problems: list[str] = []
     with rawstore.reporting(problems.append):
         rows = list(iteration_rows(profile, manager, device, progress))
@@ -170,26 +171,18 @@ def reduce_device(profile: Profile, manager: PluginManager, device: int,
         iterations = list(profile.records(rawstore.ITERATION_STREAM, device))
         plugins = {name: value for name, value in manager.rank_facts(profile, device)}
         # jobprof diff's tables (core-declared DiffTable values, so the core keeps them for any plugin)
-        tables = {name: [t.to_plain() for t in found] for name, found in manager.diff_tables(profile, device)}
-    return {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
+        diff = {name: [t.to_plain() for t in found] for name, found in manager.diff_tables(profile, device)} \
+            if tables else None
+    facts: Facts = {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
             "selection": profile.selection.describe(), "entry": entry,
             # the model's iteration rows as they are: the basis is in the entry already
             "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
             "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
-            "rendered": _runs(profile.rendered(device)),
-            "asked": asked_plugins(manager), "plugins": plugins, "diff_tables": tables,
-            "problems": problems}
-
-
-def _runs(numbers: set[int]) -> list[list[int]]:
-    """``{1, 2, 3, 7}`` -> ``[[1, 3], [7, 7]]``: a rank's rendered iterations, compactly."""
-    out: list[list[int]] = []
-    for n in sorted(numbers):
-        if out and n == out[-1][1] + 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return out
+            "rendered": runs(profile.rendered(device)),
+            "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}
+    if diff is not None:
+        facts["diff_tables"] = diff
+    return facts
 
 
 def _plain(facts: Facts) -> Facts:
@@ -197,20 +190,54 @@ def _plain(facts: Facts) -> Facts:
     return json.loads(json.dumps(facts, allow_nan=False))
 
 
-def read_cached(profile: Profile, device: int, keys: list[str]) -> Facts | None:
-    """The device's facts file when it holds the whole profile and is still valid; else None."""
+def file_text(key: list[Any], facts: Facts) -> str:
+    """A facts file's text: two JSON lines, ``{"stamp", "facts"}`` then ``{"diff_tables"}``.
+    The second, as large as the first for a long run, is read apart, only by ``jobprof diff``."""
+    compact = (",", ":")
+    body = {k: v for k, v in facts.items() if k != "diff_tables"}
+    return (json.dumps({"stamp": key, "facts": body}, separators=compact) + "\n"
+            + json.dumps({"diff_tables": facts.get("diff_tables", {})}, separators=compact))
+
+
+def _halves(file: Path) -> tuple[bytes, bytes]:
+    with open(file, "rb") as handle:
+        head, _, tail = handle.read().partition(b"\n")
+    return head, tail
+
+
+def _tables(tail: bytes) -> dict[str, Any]:
+    diff = json.loads(tail)["diff_tables"]
+    if not isinstance(diff, dict):
+        raise ValueError("diff_tables is not an object")
+    return diff
+
+
+def read_file(file: Path) -> dict[str, Any]:
+    """A facts file whole, unchecked: ``{"stamp", "facts"}``, diff's tables in ``facts``
+    (OSError, ValueError, KeyError, TypeError when it is not one)."""
+    head, tail = _halves(file)
+    kept: dict[str, Any] = json.loads(head)
+    kept["facts"]["diff_tables"] = _tables(tail)
+    return kept
+
+
+def read_cached(profile: Profile, device: int, keys: list[str], tables: bool = False) -> Facts | None:
+    """The device's facts file when it holds the whole profile and is still valid; else None.
+    ``tables``: with diff's tables (decoded only then)."""
     if profile.selection.iterations is not None:
         return None
     folder = profile.folder(device)
     try:
-        with open(path(folder, device), "rb") as handle:
-            kept = json.loads(handle.read())
-    except (OSError, ValueError):
+        head, tail = _halves(path(folder, device))
+        kept = json.loads(head)
+        if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, keys) \
+                or not isinstance(kept.get("facts"), dict):
+            return None
+        facts: Facts = kept["facts"]
+        if tables:
+            facts["diff_tables"] = _tables(tail)
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable, not JSON, not the shape written
         return None
-    if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, keys) \
-            or not isinstance(kept.get("facts"), dict):
-        return None
-    facts: Facts = kept["facts"]
     return facts
 
 
@@ -226,8 +253,7 @@ def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None 
         facts = _plain(reduce_device(profile, manager, device))
         target = path(folder, device)
         try:
-            fsio.atomic_write(target, json.dumps({"stamp": key, "facts": facts}, separators=(",", ":")),
-                              root=profile.path)
+            fsio.atomic_write(target, file_text(key, facts), root=profile.path)
         except OSError as exc:
             rawstore.problem(f"{target}: cannot write the facts file ({exc}): commands will read "
                              "the raw data instead")
@@ -237,17 +263,22 @@ def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None 
 
 
 # -- engines ----------------------------------------------------------------------------------
-def _task(prof_dir: str, device: int, iterations: tuple[int, int] | None, disabled: str) -> Facts:
+#: a worker's task: (PROF_ folder, device, --iterations window, disabled plugins, with diff's tables)
+Task = tuple[str, int, tuple[int, int] | None, str, bool]
+
+
+def _task(prof_dir: str, device: int, iterations: tuple[int, int] | None, disabled: str,
+          tables: bool) -> Facts:
     """One device reduced in a worker (a pool's process or a Dask worker): the entry points
     loaded as the command loaded them (``disabled``: its JOBPROF_DISABLE_PLUGINS), the facts as
     plain JSON."""
     manager = PluginManager(Reporter())
     manager.load_entry_points({DISABLE_ENV: disabled})
     profile = Profile(Path(prof_dir), Selection(iterations), device=device)
-    return _plain(reduce_device(profile, manager, device))
+    return _plain(reduce_device(profile, manager, device, tables=tables))
 
 
-def _local(tasks: list[tuple[str, int, tuple[int, int] | None, str]], jobs: int,
+def _local(tasks: list[Task], jobs: int,
            progress: Progress) -> Iterator[Facts]:
     # imported here: concurrent.futures registers an atexit hook, refused during the job's exit
     from concurrent.futures import ProcessPoolExecutor
@@ -260,7 +291,7 @@ def _local(tasks: list[tuple[str, int, tuple[int, int] | None, str]], jobs: int,
             yield future.result()
 
 
-def _dask(tasks: list[tuple[str, int, tuple[int, int] | None, str]], jobs: int,
+def _dask(tasks: list[Task], jobs: int,
           scheduler: str | None, progress: Progress) -> Iterator[Facts]:
     try:
         from dask.distributed import Client, LocalCluster
@@ -294,10 +325,12 @@ def default_jobs() -> int:
 
 
 def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs: int | None = None,
-           scheduler: str | None = None, progress: Progress | None = None) -> dict[int, Facts]:
+           scheduler: str | None = None, progress: Progress | None = None,
+           tables: bool = False) -> dict[int, Facts]:
     """Every selected device's facts, from its facts file or computed on ``engine``; each is
     also attached to ``profile`` (:meth:`Profile.attach_facts`) and its read problems reported
-    again here, in device order."""
+    again here, in device order.  ``tables``: with ``jobprof diff``'s tables (``diff_tables``),
+    which ``summary`` / ``report`` neither read nor compute."""
     if engine not in ENGINES:
         raise ValueError(f"--engine {engine!r}: expected one of {', '.join(ENGINES)}")
     jobs = default_jobs() if jobs is None else jobs
@@ -308,7 +341,7 @@ def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs
     found: dict[int, Facts] = {}
     todo = []
     for device in profile.devices:
-        cached = read_cached(profile, device, keys)
+        cached = read_cached(profile, device, keys, tables)
         if cached is not None:
             found[device] = cached
         else:
@@ -317,9 +350,10 @@ def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs
     if engine == "local" and (jobs == 1 or len(todo) <= 1):
         for device in todo:
             one = Profile(profile.path, profile.selection, device=device)
-            found[device] = _plain(reduce_device(one, manager, device, progress or quiet))
+            found[device] = _plain(reduce_device(one, manager, device, progress or quiet, tables))
     elif todo:
-        tasks = [(str(profile.path), d, profile.selection.iterations, disabled) for d in todo]
+        tasks: list[Task] = [(str(profile.path), d, profile.selection.iterations, disabled, tables)
+                             for d in todo]
         run = _local(tasks, min(jobs, len(todo)), show) if engine == "local" else \
             _dask(tasks, jobs, scheduler, show)
         for facts in run:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from jobprof.analysis import scale
 from jobprof.analysis.breakdown import LABELS, PARTS
 from jobprof.analysis.profile import Profile
-from jobprof.analysis.selection import OPEN, ranges
+from jobprof.analysis.selection import OPEN, Run, merged, ranges, run_texts
 from jobprof.plugin.types import Finding, PartSource, Section
 
 if TYPE_CHECKING:
@@ -270,21 +270,6 @@ def _merge(group: list[Finding]) -> Finding:
     return Finding(rep.key, text, evidence, weight=max(f.weight for f in group))
 
 
-Run = tuple[int, int]
-
-
-def _merged(runs: Iterable[Run]) -> list[Run]:
-    """Inclusive runs sorted, overlapping and adjacent ones joined (never expanded to numbers:
-    a stray index of 2**62 must not cost memory)."""
-    out: list[Run] = []
-    for first, last in sorted(runs):
-        if out and first <= out[-1][1] + 1:
-            out[-1] = (out[-1][0], max(out[-1][1], last))
-        else:
-            out.append((first, last))
-    return out
-
-
 def _minus(runs: list[Run], cut: list[Run]) -> list[Run]:
     out = []
     for first, last in runs:
@@ -302,7 +287,7 @@ def _minus(runs: list[Run], cut: list[Run]) -> list[Run]:
 
 
 def _text(runs: list[Run]) -> str:
-    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+    return ", ".join(run_texts(runs))
 
 
 def _recorded(value: Any, low: int, high: int) -> list[Run]:
@@ -312,7 +297,7 @@ def _recorded(value: Any, low: int, high: int) -> list[Run]:
         if isinstance(run, list) and len(run) == 2 and all(type(n) is int for n in run) \
                 and 1 <= run[0] <= run[1] and run[1] >= low and run[0] <= high:
             runs.append((max(run[0], low), min(run[1], high)))
-    return _merged(runs)
+    return merged(runs)
 
 
 def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
@@ -331,7 +316,7 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     aged = _recorded(job.get("aged"), low, high)
     absent = [(low, indices[0] - 1)] if indices and indices[0] > low else []
     absent += [(a + 1, b - 1) for a, b in itertools.pairwise(indices) if b > a + 1]
-    lost = _minus(_merged(absent), aged)
+    lost = _minus(merged(absent), aged)
     if aged:
         notes.append(f"rank {r['rank']}: iteration(s) {_text(aged)} were deleted by storage ageing "
                      "(storage_limit, or under 20 MB free disk)")

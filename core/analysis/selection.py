@@ -32,20 +32,35 @@ def window(iterations: tuple[int, int]) -> str:
     return f"{low}-" if high >= OPEN else f"{low}-{high}"
 
 
-def ranges(numbers: Iterable[int]) -> list[str]:
-    """Runs of consecutive numbers: ``[1, 2, 3, 5]`` -> ``["1-3", "5"]``."""
-    out: list[str] = []
-    run: list[int] = []
-    for n in sorted(numbers):
-        if run and n == run[-1] + 1:
-            run.append(n)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [n]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+#: an inclusive run of numbers, ``(first, last)``
+Run = tuple[int, int]
+
+
+def merged(runs: Iterable[Run]) -> list[Run]:
+    """Inclusive runs sorted, overlapping and adjacent ones joined (never expanded to numbers:
+    a stray index of 2**62 must not cost memory)."""
+    out: list[Run] = []
+    for first, last in sorted(runs):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
     return out
+
+
+def runs(numbers: Iterable[int]) -> list[Run]:
+    """Runs of consecutive numbers: ``{1, 2, 3, 7}`` -> ``[(1, 3), (7, 7)]``."""
+    return merged((n, n) for n in numbers)
+
+
+def run_texts(found: Iterable[Iterable[int]]) -> list[str]:
+    """Runs as text: ``[(1, 5), (9, 9)]`` -> ``["1-5", "9"]``."""
+    return [f"{first}-{last}" if last > first else str(first) for first, last in found]
+
+
+def ranges(numbers: Iterable[int]) -> list[str]:
+    """Runs of consecutive numbers as text: ``[1, 2, 3, 5]`` -> ``["1-3", "5"]``."""
+    return run_texts(runs(numbers))
 
 
 def narrowed(described: Mapping[str, str | Iterable[int] | None], sep: str = ", ",

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from jobprof import __version__
-from jobprof.analysis.selection import ranges
+from jobprof.analysis.selection import ranges, run_texts
 from jobprof.files import export, kinetotrace, profdir
 from jobprof.files.fsio import write_with_done
 from jobprof.files.rawstore import ITERATION_STREAM, PROFILER_STREAM
@@ -295,7 +295,7 @@ class Session:
                                f"{SIGTERM_RENDER_S:g} s for rendering ran out")
                 self.reporter.warning(
                     f"{sink.unrendered_count} iteration(s) were not rendered in the job "
-                    f"({', '.join(why)}; iterations {', '.join(_runs(sink.unrendered))}; raw data "
+                    f"({', '.join(why)}; iterations {', '.join(run_texts(sink.unrendered))}; raw data "
                     f"kept): run `jobprof export {self.job_dir}`")
             try:
                 if not sink.failed:
@@ -480,11 +480,6 @@ class Session:
             return
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
-
-
-def _runs(runs: list[list[int]]) -> list[str]:
-    """``[[1, 5], [9, 9]]`` -> ``["1-5", "9"]``."""
-    return [f"{first}-{last}" if last > first else str(first) for first, last in runs]
 
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
