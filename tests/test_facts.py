@@ -81,6 +81,23 @@ def test_summary_reads_the_facts_and_no_raw_data(prof: Path, monkeypatch: pytest
     assert {"communication", "markers"} <= set(again["sections"])
 
 
+def test_the_model_is_the_same_without_orjson(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobprof.files import jsonread
+
+    manager = loaded_manager()
+    for path in _files(prof):  # from raw data (raw lines, Kineto windows), then from facts files
+        path.unlink()
+    fast = summary.summarize(Profile(prof), manager)
+    facts.write(prof, manager)
+    cached = summary.summarize(Profile(prof), manager)
+    monkeypatch.setattr(jsonread, "_fast", lambda: None)
+    assert summary.summarize(Profile(prof), manager) == cached
+    for path in _files(prof):
+        path.unlink()
+    assert summary.summarize(Profile(prof), manager) == fast
+    assert json.dumps(fast) == json.dumps(cached)
+
+
 def test_every_engine_and_the_facts_files_give_the_same_model(prof: Path) -> None:
     cached = _model(prof)
     for path in _files(prof):  # an old profile: no facts file, everything computed from raw data

@@ -37,7 +37,7 @@ from jobprof.analysis import breakdown
 from jobprof.analysis.profile import Facts, Profile
 from jobprof.analysis.selection import Selection, runs
 from jobprof.analysis.stats import describe
-from jobprof.files import fsio, rawstore
+from jobprof.files import fsio, jsonread, rawstore
 from jobprof.plugin.manager import DISABLE_ENV, PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.types import Iteration
@@ -206,7 +206,7 @@ def _halves(file: Path) -> tuple[bytes, bytes]:
 
 
 def _tables(tail: bytes) -> dict[str, Any]:
-    diff = json.loads(tail)["diff_tables"]
+    diff = jsonread.loads(tail)["diff_tables"]
     if not isinstance(diff, dict):
         raise ValueError("diff_tables is not an object")
     return diff
@@ -216,7 +216,7 @@ def read_file(file: Path) -> dict[str, Any]:
     """A facts file whole, unchecked: ``{"stamp", "facts"}``, diff's tables in ``facts``
     (OSError, ValueError, KeyError, TypeError when it is not one)."""
     head, tail = _halves(file)
-    kept: dict[str, Any] = json.loads(head)
+    kept: dict[str, Any] = jsonread.loads(head)
     kept["facts"]["diff_tables"] = _tables(tail)
     return kept
 
@@ -229,7 +229,7 @@ def read_cached(profile: Profile, device: int, keys: list[str], tables: bool = F
     folder = profile.folder(device)
     try:
         head, tail = _halves(path(folder, device))
-        kept = json.loads(head)
+        kept = jsonread.loads(head)
         if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, keys) \
                 or not isinstance(kept.get("facts"), dict):
             return None

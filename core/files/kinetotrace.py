@@ -25,7 +25,6 @@ fields; a capture that needs those converts in memory as before
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import time
 from bisect import bisect_left
@@ -33,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from jobprof.files import fsio
+from jobprof.files import fsio, jsonread
 from jobprof.plugin.types import DUR, START
 
 #: the folder of window files, inside a device's ``data/``
@@ -168,7 +167,7 @@ class Windows:
         if window is None:
             if "/" in name or name.startswith(".") or not name.endswith(".json.gz"):
                 raise ValueError(f"window file name {name!r} is not one jobprof writes")
-            trace = json.loads(gzip.decompress((self.data_dir / FOLDER / name).read_bytes()))
+            trace = jsonread.loads(gzip.decompress((self.data_dir / FOLDER / name).read_bytes()))
             if not isinstance(trace, dict):
                 raise ValueError(f"{name} is not a Chrome trace object")
             window = _Window(records_of(trace, offset_ns, shapes))

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.files import fsio, kinetotrace
+from jobprof.files import fsio, jsonread, kinetotrace
 from jobprof.plugin.types import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
 
 # ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.types ("core streams") and
@@ -286,7 +286,7 @@ def _line_problem(record: Any) -> tuple[tuple[int, dict[str, list[Any]]] | None,
 
 def _load_line(line: bytes) -> Any:
     try:
-        return json.loads(line)
+        return jsonread.loads(line)
     except RecursionError:  # nesting deeper than the parser's stack: not a line jobprof wrote
         raise ValueError("nested too deeply") from None
 
