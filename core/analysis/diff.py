@@ -94,8 +94,8 @@ def load(path: Path, selection: Selection, manager: PluginManager, progress: Pro
     rows: dict[int, list[dict[str, Any]]] = {}
     tables: dict[str, dict[int, DiffTable]] = {}
     owners: dict[str, str] = {}
-    for device, found in facts.gather(profile, manager, engine, jobs, scheduler, progress,
-                                             tables=True).items():
+    gathered = facts.gather(profile, manager, engine, jobs, scheduler, progress, tables=True)
+    for device, found in gathered.items():
         rank = profile.rank(device)
         rows[rank] = found["rows"]
         for plugin, plain in found["diff_tables"].items():

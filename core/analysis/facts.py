@@ -173,13 +173,14 @@ def reduce_device(profile: Profile, manager: PluginManager, device: int,
         # jobprof diff's tables (core-declared DiffTable values, so the core keeps them for any plugin)
         diff = {name: [t.to_plain() for t in found] for name, found in manager.diff_tables(profile, device)} \
             if tables else None
-    facts: Facts = {"schema": SCHEMA, "device": device, "rank": profile.rank(device),
-            "selection": profile.selection.describe(), "entry": entry,
-            # the model's iteration rows as they are: the basis is in the entry already
-            "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
-            "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
-            "rendered": runs(profile.rendered(device)),
-            "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}
+    facts: Facts = {
+        "schema": SCHEMA, "device": device, "rank": profile.rank(device),
+        "selection": profile.selection.describe(), "entry": entry,
+        # the model's iteration rows as they are: the basis is in the entry already
+        "rows": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+        "iterations": [{k: v for k, v in r.items() if not k.startswith("_")} for r in iterations],
+        "rendered": runs(profile.rendered(device)),
+        "asked": asked_plugins(manager), "plugins": plugins, "problems": problems}
     if diff is not None:
         facts["diff_tables"] = diff
     return facts
