@@ -563,7 +563,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per command")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the raw numbers here")
     parser.add_argument("--stretch", metavar="RxN", help="instead: a facts-only replica of R ranks x N "
-                        "iterations (stretch()); time summary --json and report reading it")
+                        "iterations (stretch()); time summary --json, report and diff reading it")
     args = parser.parse_args()
     if args.stretch:
         return _stretched(args)
