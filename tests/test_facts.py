@@ -232,3 +232,14 @@ def test_bad_engine_arguments_are_refused_by_name(prof: Path) -> None:
     assert proc.returncode == 2 and "--jobs 0" in proc.stderr
     proc = jobprof_cli("summary", str(prof), "--engine", "spark")
     assert proc.returncode == 2 and "spark" in proc.stderr
+
+
+def test_dask_workers_that_do_not_see_the_profile_are_named_before_any_task(prof: Path) -> None:
+    from dask.distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        facts.check_workers(client, str(prof))  # a real worker sees a real folder: no error
+        with pytest.raises(ValueError, match=r"2 of 2 Dask worker\(s\) do not see /nowhere/PROF_1 .*"
+                                             r"same path on every worker"):
+            facts.check_workers(client, "/nowhere/PROF_1")

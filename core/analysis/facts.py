@@ -292,6 +292,29 @@ def _local(tasks: list[Task], jobs: int,
             yield future.result()
 
 
+def _sees(prof_dir: str) -> bool:
+    return Path(prof_dir).is_dir()
+
+
+def check_workers(client: Any, prof_dir: str) -> None:
+    """Before any task: every worker of ``client`` can run jobprof and sees ``prof_dir`` at that
+    path (a worker without either would fail each rank's task, one traceback per rank);
+    ValueError names what is missing and where."""
+    try:
+        seen = client.run(_sees, prof_dir)
+    except Exception as exc:  # whatever a worker raised (an import error of jobprof, ...)
+        raise ValueError(f"--engine dask: the Dask workers cannot run jobprof ({type(exc).__name__}: "
+                         f"{exc}); install the same jobprof on every worker") from None
+    if not seen:
+        raise ValueError("--engine dask: the Dask cluster has no worker")
+    blind = sorted(worker for worker, ok in seen.items() if not ok)
+    if blind:
+        raise ValueError(f"--engine dask: {len(blind)} of {len(seen)} Dask worker(s) do not see {prof_dir} "
+                         f"({', '.join(blind[:3])}{', ...' if len(blind) > 3 else ''}): each worker reads "
+                         "its ranks' files, so the PROF_ folder must be at the same path on every worker "
+                         "(a shared file system)")
+
+
 def _dask(tasks: list[Task], jobs: int,
           scheduler: str | None, progress: Progress) -> Iterator[Facts]:
     try:
@@ -308,6 +331,7 @@ def _dask(tasks: list[Task], jobs: int,
                                dashboard_address=None)
         client = Client(cluster)
     try:
+        check_workers(client, tasks[0][0])
         futures = client.map(_task, *zip(*tasks, strict=True), pure=False)
         for future in progress(futures, len(futures), "ranks"):
             yield future.result()
