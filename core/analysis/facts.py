@@ -200,10 +200,10 @@ def file_text(key: list[Any], facts: Facts) -> str:
             + json.dumps({"diff_tables": facts.get("diff_tables", {})}, separators=compact))
 
 
-def _halves(file: Path) -> tuple[bytes, bytes]:
+def _halves(file: Path, tail: bool = True) -> tuple[bytes, bytes]:
+    """The facts file's two lines; without ``tail`` the second is not even read."""
     with open(file, "rb") as handle:
-        head, _, tail = handle.read().partition(b"\n")
-    return head, tail
+        return handle.readline().rstrip(b"\n"), handle.read() if tail else b""
 
 
 def _tables(tail: bytes) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def read_cached(profile: Profile, device: int, keys: list[str], tables: bool = F
         return None
     folder = profile.folder(device)
     try:
-        head, tail = _halves(path(folder, device))
+        head, tail = _halves(path(folder, device), tables)
         kept = jsonread.loads(head)
         if not isinstance(kept, dict) or kept.get("stamp") != stamp(folder, keys) \
                 or not isinstance(kept.get("facts"), dict):
