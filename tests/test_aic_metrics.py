@@ -365,24 +365,18 @@ def test_jobprof_plugins_lists_every_group_and_a_third_party_one(tmp_path):
 
 # -- the derivations, in-process on operators recorded by the core's capture ------------------
 def captured_tasks(fn) -> list:
-    """op_summary tasks of ``fn``, recorded by jobprof's own capture (shapes and Kineto FLOPs)."""
-    import time
+    """op_summary tasks of ``fn``, recorded by jobprof's own capture (with shapes) and read back
+    from Kineto's file as the exporter reads them."""
+    import tempfile
+    from pathlib import Path
 
     import torch
 
+    import opwindow
     from jobprof.ops import optree
-    from jobprof.ops.opcapture import Detail, OpCapture
 
-    warnings: list[str] = []
-    capture = OpCapture(torch, Detail(shapes=True, flops=True), warnings.append)
-    capture.start()
-    begin = time.monotonic_ns()
-    fn()
-    end = time.monotonic_ns()
-    capture.cut(end)
-    records = capture.take(begin, end + 1)
-    capture.stop()
-    assert not warnings
+    with tempfile.TemporaryDirectory() as folder:
+        records = opwindow.record(torch, fn, Path(folder))[0]
     return optree.OpView(records).tasks
 
 
@@ -417,7 +411,7 @@ def test_arithmetic_classes_by_dtype_with_given_peaks():
     assert mul["vec_fp32_ratio"] == "0.000"
 
 
-def test_conv2d_cube_work_comes_from_kineto_and_unknown_peaks_are_na():
+def test_conv2d_cube_work_comes_from_its_recorded_stride_and_padding_and_unknown_peaks_are_na():
     import torch
 
     from jobprof.plugins.aic_metrics import pipe_utilization as pipe
@@ -433,7 +427,8 @@ def test_conv2d_cube_work_comes_from_kineto_and_unknown_peaks_are_na():
                "memory_bytes_per_s": 1e9}
     row = dict(zip(pipe.COLUMNS, pipe.values(conv, machine), strict=True))
     assert row["mac_time(us)"] == f"{flops / 1e9 * 1e6:.3f}"
-    assert row["mte2_time(us)"] == "N/A"  # the output size (bytes written) is not known from shapes
+    read = (2 * 3 * 10 * 10 + 6 * 3 * 3 * 3) * 4  # input and weight, float32
+    assert row["mte2_time(us)"] == f"{read / 1e9 * 1e6:.3f}"
     relu = dict(zip(pipe.COLUMNS, pipe.values(by_name["aten::relu"], machine), strict=True))
     assert relu["mac_time(us)"] == "0.000"  # an elementwise op has no matmul work
     assert relu["vec_time(us)"] == "N/A"  # ... and activations have no agreed FLOP count

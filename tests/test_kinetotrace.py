@@ -16,27 +16,28 @@ from conftest import Runner, jobprof_cli, raw
 torch = pytest.importorskip("torch")
 
 from jobprof.files import fsio, kinetotrace, rawstore  # noqa: E402
-from jobprof.ops.opcapture import DUR, KIND, NAME, START, Detail, OpCapture  # noqa: E402
+from jobprof.ops.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, STRIDES, TID  # noqa: E402
 
 
 @pytest.mark.parametrize("shapes", [True, False])
 def test_the_trace_file_gives_the_records_of_kinetos_own_events(tmp_path: Path, shapes: bool) -> None:
-    warnings: list[str] = []
-    # the in-memory capture: its window supports both Kineto's accessors and save()
-    capture = OpCapture(torch, Detail(shapes=shapes), warnings.append, to_files=False)
+    """The file (Kineto's save) against Kineto's in-memory events of the same session, through
+    the accessors every supported torch has (name, start, duration, thread, shapes, dtypes)."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     optimizer = torch.optim.Adam(model.parameters())
-    capture.start()
-    with torch.autograd.profiler.record_function("step"):
+    cpu = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=cpu, record_shapes=shapes) as prof, \
+            torch.autograd.profiler.record_function("step"):
         model(torch.randn(8, 16)).sum().backward()
         optimizer.step()
         torch.cat([torch.ones(2), torch.zeros(3)])  # a tensor-list input: nested dims and strides
         torch.randn(3)  # no tensor inputs at all
-    capture.cut(time.monotonic_ns())
-    result, offset, _, _ = capture._windows[0]
-    capture.stop()
-    assert not warnings
-    expected = capture._convert(result, offset)
+    result = prof.profiler.kineto_results
+    offset = time.time_ns() - time.monotonic_ns()
+    expected = sorted(([e.name(), e.start_ns() - offset, e.duration_ns(), e.device_resource_id(),
+                        e.shapes() if shapes else None, e.dtypes() if shapes else None]
+                       for e in result.events() if e.device_type() == torch.autograd.DeviceType.CPU),
+                      key=lambda r: r[1])
     device = tmp_path / "PROF_x" / "device_0"
     fsio.make_dirs(device / "data", root=tmp_path)
     name, size = kinetotrace.save_window(result, 1, device)
@@ -46,14 +47,15 @@ def test_the_trace_file_gives_the_records_of_kinetos_own_events(tmp_path: Path, 
     assert len(got) == len(expected) > 100
     for mine, theirs in zip(got, expected, strict=True):
         # the trace holds microseconds with three decimals: within 1 ns of Kineto's own
-        assert abs(mine[START] - theirs[START]) <= 1 and abs(mine[DUR] - theirs[DUR]) <= 1, (mine, theirs)
-        assert [*mine[:1], *mine[3:]] == [*theirs[:1], *theirs[3:]], (mine, theirs)
+        assert abs(mine[START] - theirs[1]) <= 1 and abs(mine[DUR] - theirs[2]) <= 1, (mine, theirs)
+        assert [mine[NAME], mine[TID], mine[SHAPES], mine[DTYPES]] == [theirs[0], *theirs[3:]], (mine, theirs)
     kinds = {r[KIND] for r in got}
     assert kinds == {"cpu_op", "user_annotation"}
     if shapes:
         cat = next(r for r in got if r[NAME] == "aten::cat")
         # as Kineto's accessors give them: a tensor list's dims empty, its strides nested
-        assert cat[8] == [[], []] and cat[9] == ["TensorList", "Scalar"] and cat[10] == [[[1], [1]], []]
+        assert cat[SHAPES] == [[], []] and cat[DTYPES] == ["TensorList", "Scalar"]
+        assert cat[STRIDES] == [[[1], [1]], []]
 
 
 JOB = """

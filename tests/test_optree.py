@@ -4,33 +4,27 @@ capture), and the interval arithmetic of msprof's Overlap Analysis."""
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import opwindow  # noqa: E402
 from jobprof.ops import optree  # noqa: E402
-from jobprof.ops.opcapture import DUR, NAME, START, Detail, OpCapture  # noqa: E402
+from jobprof.ops.opcapture import DUR, NAME, START  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def recorded() -> list[list]:
-    warnings: list[str] = []
-    capture = OpCapture(torch, Detail(shapes=True), warnings.append, to_files=False)
+def recorded(tmp_path_factory) -> list[list]:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
     x = torch.randn(8, 16)
-    capture.start()
-    begin = time.monotonic_ns()
-    with torch.autograd.profiler.record_function("step"):
-        model(x).sum().backward()
-        torch.mm(torch.randn(5, 3), torch.randn(3, 2))
-    end = time.monotonic_ns()
-    capture.cut(end)
-    records = capture.take(begin, end + 1)
-    capture.stop()
-    assert not warnings
-    return records
+
+    def work() -> None:
+        with torch.autograd.profiler.record_function("step"):
+            model(x).sum().backward()
+            torch.mm(torch.randn(5, 3), torch.randn(3, 2))
+
+    return opwindow.record(torch, work, tmp_path_factory.mktemp("optree"))[0]
 
 
 def test_nesting_and_top_level_operators(recorded):

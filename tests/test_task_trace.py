@@ -398,24 +398,18 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def recorded() -> tuple[list[list], int, int]:
+def recorded(tmp_path_factory) -> tuple[list[list], int, int]:
     """Operators recorded for real by the core's capture, in this process."""
-    from jobprof.ops.opcapture import Detail, OpCapture
+    import opwindow
 
-    warnings: list[str] = []
-    capture = OpCapture(torch, Detail(shapes=True), warnings.append, to_files=False)
     a, b = torch.randn(64, 32), torch.randn(32, 16)
-    capture.start()
-    begin = time.monotonic_ns()
-    torch.mm(a, b)
-    torch.mm(a, b.t().contiguous().t())
-    torch.relu(torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
-    end = time.monotonic_ns()
-    capture.cut(end)
-    records = capture.take(begin, end + 1)
-    capture.stop()
-    assert not warnings
-    return records, begin, end
+
+    def work() -> None:
+        torch.mm(a, b)
+        torch.mm(a, b.t().contiguous().t())
+        torch.relu(torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last))
+
+    return opwindow.record(torch, work, tmp_path_factory.mktemp("task_trace"))
 
 
 def context(recorded, metrics=None):

@@ -16,10 +16,14 @@ one iteration).  The iteration's raw ``ops`` stream holds one reference per wind
 inside the iteration, exactly as the in-memory path (``OpCapture.take``) cuts them.  A profile
 written before this change holds the records inline, and is read as it is.
 
-Fields: the Chrome trace has everything the CPU tiers record (name, start, duration, thread,
-activity type, input dims / types / strides) but not Kineto's FLOP estimate nor the CUDA
-fields; a capture that needs those converts in memory as before
-(:meth:`jobprof.ops.opcapture.OpCapture.take`).
+Fields: the Chrome trace has everything the operator tier records, on CPU and CUDA (name,
+start, duration, thread, activity type, input dims / types / strides / concrete values; CUDA
+runtime calls with their correlation id; kernels, copies and fills with device, stream,
+correlation, grid and block), in the same form on every torch from 2.9 on, whereas the
+per-event accessors of ``_KinetoEvent`` differ between versions (``activity_type`` appeared in
+2.13).  So this file is the only way operators are read: one path, tested on traces recorded
+on real GPUs (``tests/data/``).  Kineto's own FLOP estimate is not in the file; jobprof
+computes FLOPs from the recorded inputs (:mod:`jobprof.ops.opmath`).
 """
 
 from __future__ import annotations
@@ -33,7 +37,21 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.files import fsio, jsonread
-from jobprof.plugin.types import DUR, START
+from jobprof.plugin.types import (
+    CONCRETE,
+    CORR,
+    DEVICE,
+    DEVICE_KINDS,
+    DTYPES,
+    DUR,
+    EXTRA,
+    KIND,
+    LINK,
+    SHAPES,
+    START,
+    STRIDES,
+    TID,
+)
 
 #: the folder of window files, inside a device's ``data/``
 FOLDER = "kineto"
@@ -113,11 +131,37 @@ def new_files(data_dir: Path, records: Iterable[Any]) -> list[tuple[Path, int]]:
             if isinstance(r, dict) and r.get("first")]
 
 
+#: Kineto's trace categories of work that ran on a device, and of the host calls that launch it
+_DEVICE_CATS = frozenset(DEVICE_KINDS)
+_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
+#: device-side ranges Kineto projects onto a stream (a ``record_function`` seen by the GPU, a
+#: CUPTI range): on their device and stream, never nested among host calls
+_DEVICE_RANGES = frozenset({"gpu_user_annotation", "cuda_profiler_range"})
+#: a device event's args that become record fields; the rest (grid, block, registers, bytes,
+#: CUPTI metric values ...) is the record's ``extra``
+_PLACED = frozenset({"External id", "correlation", "device", "stream", "Ev Idx"})
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
 def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[list[Any]]:
     """Kineto's Chrome trace of one window as ``ops`` records (monotonic ns), in start order.
 
     The order is the in-memory path's: by start, ties in Kineto's own event order (``Ev Idx``).
     Timestamps are the trace's microseconds with three decimals, so within 1 ns of Kineto's.
+
+    Every torch from 2.9 on writes the same fields (the per-event accessors differ between
+    versions, the file does not), so this is the one reader for CPU and CUDA alike:
+
+    * host calls: name, start, duration, OS thread; with ``shapes`` the inputs' dims, types and
+      strides, and the concrete values of scalar arguments (``Concrete Inputs``: a convolution's
+      stride and padding) in ``extra`` where Kineto recorded any;
+    * CUDA runtime / driver calls: ``correlation`` (CUPTI's id of the launch);
+    * kernels, copies, fills: device, stream (the record's thread), the launch's correlation
+      (``link``) and the rest of Kineto's args (grid, block, bytes ...) as ``extra``;
+    * device ranges (``gpu_user_annotation``): device, stream, ``extra`` as Kineto wrote it.
     """
     base = int(trace.get("baseTimeNanoseconds") or 0) - offset_ns
     out: list[tuple[int, int, list[Any]]] = []
@@ -129,25 +173,57 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[l
             continue
         args = e.get("args") or {}
         start = base + round(e["ts"] * 1000)
-        record = [e.get("name", ""), start, round(e.get("dur", 0) * 1000), e.get("tid", 0), kind, -1, 0, 0,
+        tid = e.get("tid", 0)
+        record = [e.get("name", ""), start, round(e.get("dur", 0) * 1000), tid, kind, -1, 0, 0,
                   None, None, None, 0, None]
-        if shapes:
-            # a tensor list's dims and strides are nested in the file; Kineto's accessors (and
-            # so every reader of these records) give an empty list for such an input
-            record[8] = [d if not (d and isinstance(d[0], list)) else [] for d in args.get("Input Dims", [])]
-            record[9] = args.get("Input type", [])
-            record[10] = args.get("Input Strides", [])
+        if kind in _DEVICE_CATS or kind in _DEVICE_RANGES:
+            record[TID] = _int(args.get("stream"), _int(tid, 0))
+            record[DEVICE] = _int(args.get("device"), _int(e.get("pid"), 0))
+            if kind in _DEVICE_CATS:
+                record[CORR] = record[LINK] = _int(args.get("correlation"), 0)
+            extra = {k: v for k, v in args.items() if k not in _PLACED}
+            record[EXTRA] = extra or None
+        else:
+            if kind in _LAUNCH_CATS:
+                record[CORR] = _int(args.get("correlation"), 0)
+            if not isinstance(tid, int):
+                record[TID] = _int(args.get("tid"), 0)
+            if shapes:
+                # a tensor list's dims and strides are nested in the file; Kineto's accessors (and
+                # so every reader of these records) give an empty list for such an input
+                dims = args.get("Input Dims", [])
+                record[SHAPES] = [d if not (d and isinstance(d[0], list)) else [] for d in dims]
+                record[DTYPES] = args.get("Input type", [])
+                record[STRIDES] = args.get("Input Strides", [])
+                concrete = args.get("Concrete Inputs")
+                if concrete and any(concrete):
+                    record[EXTRA] = {CONCRETE: concrete}
         out.append((start, args.get("Ev Idx", 0), record))
     out.sort(key=lambda item: (item[0], item[1]))
     return [item[2] for item in out]
 
 
+def owner_times(records: list[list[Any]]) -> list[int]:
+    """Per record, the time that decides its iteration: its start, except for device work,
+    which belongs to the iteration that launched it (a kernel queued by the optimizer step runs
+    on the GPU after the host went on; cut by its own start it would land in the next iteration,
+    away from the operator that launched it).  Device work whose launch is not in the window
+    (launched before the capture, or by a thread Kineto did not see) keeps its start."""
+    launched = {r[CORR]: r[START] for r in records if r[KIND] in _LAUNCH_CATS and r[CORR]}
+    if not launched:
+        return [r[START] for r in records]
+    return [launched.get(r[LINK], r[START]) if r[KIND] in _DEVICE_CATS else r[START] for r in records]
+
+
 class _Window:
-    """One window's records (start order) and their starts."""
+    """One window's records, in the order of the times that decide their iteration
+    (:func:`owner_times`), and those times."""
 
     def __init__(self, records: list[list[Any]]) -> None:
-        self.records = records
-        self.starts = [r[START] for r in records]
+        owners = owner_times(records)
+        order = sorted(range(len(records)), key=owners.__getitem__)  # stable: start order within
+        self.records = [records[i] for i in order]
+        self.starts = [owners[i] for i in order]
 
 
 class Windows:
@@ -177,8 +253,9 @@ class Windows:
         return window
 
     def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
-        """The records of the operators that started in ``[start_ns, end_ns)``, from the windows
-        ``refs`` names; fresh lists (readers may change them).  As ``OpCapture.take`` cuts them:
+        """The records of the operators that started in ``[start_ns, end_ns)`` (device work:
+        that was launched then), from the windows ``refs`` names, in start order; fresh lists
+        (readers may change them).  As ``OpCapture.take`` cuts them:
         a ``record_function`` block open across an iteration end was ended and reopened by the
         cut, so its pieces already lie in their iterations.
         """
@@ -195,7 +272,7 @@ class Windows:
                 # still running at the iteration's start (a loop-wide one continued at the start)
                 # is the iteration's from its start on
                 for r in window.records[bisect_left(window.starts, clip):first]:
-                    if r[START] + r[DUR] > start_ns:
+                    if r[START] + r[DUR] > start_ns and r[KIND] not in _DEVICE_CATS:
                         taken.append([*r[:START], start_ns, r[START] + r[DUR] - start_ns, *r[DUR + 1:]])
         taken.sort(key=lambda r: r[START])
         return taken

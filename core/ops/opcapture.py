@@ -10,13 +10,13 @@ How it stays cheap and bounded:
 * At each iteration end the training thread only swaps profiler sessions (disable, enable):
   the same cycle ``torch.profiler`` pays per ``schedule`` step.  Kineto is told to skip the
   Python-facing event list it would build at each disable (``trace_only``, where torch has it:
-  ~40% of the disable's cost).  At the cut Kineto writes the window as its own Chrome trace
-  (C++, no Python per event) into a scratch file; the sink thread compresses it and hands the
-  iteration references (:meth:`take_windows`; files and references by
-  ``jobprof.files.kinetotrace``); the records are built when the iteration is read.  The
-  window is then freed, so the process holds the raw data of about one iteration.
-  A capture that needs Kineto's FLOP estimate or CUDA fields (not in the trace file) reads the
-  events in Python instead (:meth:`take`), as before.
+  ~40% of the disable's cost; :mod:`jobprof.ops.torchapi`).  At the cut Kineto writes the
+  window as its own Chrome trace (C++, no Python per event) into a scratch file; the sink
+  thread compresses it and hands the iteration references (:meth:`take_windows`; files and
+  references by ``jobprof.files.kinetotrace``); the records are built when the iteration is
+  read.  The window is then freed, so the process holds the raw data of about one iteration.
+  CPU and CUDA take the same path: the trace file holds kernels, copies, fills and their
+  launches too, on every supported torch (Kineto's per-event accessors do not).
 * Capture starts at the first root-module forward, not at ``import torch``: a DataLoader
   worker never runs one, and nothing before the first forward belongs to an iteration.
 
@@ -32,7 +32,6 @@ Timestamps: Kineto stamps events on the wall clock (epoch ns); records hold
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 import time
@@ -44,7 +43,9 @@ from typing import Any
 import attrs
 
 # the record layout is the core's declaration (jobprof.plugin.types, "core streams")
+from jobprof.ops import torchapi
 from jobprof.plugin.types import (  # noqa: F401  (re-exported: plugins import them from here)
+    CONCRETE,
     CORR,
     DEVICE,
     DEVICE_KINDS,
@@ -79,8 +80,7 @@ def _strs(values: Iterable[str]) -> tuple[str, ...]:
 class Detail:
     """What the plugins asked for: the most any of them needs."""
 
-    shapes: bool = False  # input shapes, dtypes and strides (task_trace l1, metric groups)
-    flops: bool = False  # Kineto's FLOP estimate per op (cross-check of our own count)
+    shapes: bool = False  # input shapes, dtypes, strides, scalar values (task_trace l1, metric groups)
     cuda: bool = False  # also record CUDA kernels, memcpy and memset (CUPTI)
     #: CUPTI metric names measured per kernel (e.g. ``lts__t_sector_hit_rate.pct``); CUDA only.
     #: UNVERIFIED on a GPU so far: Kineto's range-profiler mode, values land in the EXTRA field
@@ -88,8 +88,7 @@ class Detail:
 
     def merge(self, other: Detail) -> Detail:
         metrics = tuple(dict.fromkeys(self.cupti_metrics + other.cupti_metrics))
-        return Detail(self.shapes or other.shapes, self.flops or other.flops, self.cuda or other.cuda,
-                      metrics)
+        return Detail(self.shapes or other.shapes, self.cuda or other.cuda, metrics)
 
 
 class _OpenBlocks:
@@ -157,12 +156,8 @@ class OpCapture:
     """One process's Kineto capture, cut at iteration ends (training thread) and read per
     iteration (sink thread)."""
 
-    def __init__(self, torch: Any, detail: Detail, warn: Callable[[str], None],
-                 to_files: bool | None = None) -> None:
-        """``to_files``: windows go to Kineto's trace files (:meth:`take_windows`); default:
-        when the detail allows it (no FLOPs, no CUDA).  False: :meth:`take` converts in memory."""
-        from torch._C._profiler import _ExperimentalConfig
-        from torch.autograd import ProfilerActivity, ProfilerConfig, ProfilerState
+    def __init__(self, torch: Any, detail: Detail, warn: Callable[[str], None]) -> None:
+        from torch.autograd import ProfilerActivity
 
         # Kineto logs every session start/stop on stderr; the job's output is not ours to fill
         # (a level the user set wins)
@@ -172,20 +167,9 @@ class OpCapture:
         self._warn = warn
         self._autograd = torch.autograd
         self._ops = torch.ops.profiler
-        metrics = list(detail.cupti_metrics) if detail.cuda else []
-        #: windows go to Kineto's own trace files (take_windows), not through Python per event
-        self.to_files = not (detail.flops or detail.cuda) if to_files is None else to_files
-        if metrics:
-            experimental = _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True)
-        elif self.to_files:
-            try:  # torch >= 2.9: no KinetoEvent list built at each disable (save() still works)
-                experimental = _ExperimentalConfig(trace_only=True)
-            except TypeError:
-                experimental = _ExperimentalConfig()
-        else:
-            experimental = _ExperimentalConfig()
-        self._config = ProfilerConfig(ProfilerState.KINETO, detail.shapes, False, False, detail.flops,
-                                      False, experimental)
+        experimental, self.trace_only = torchapi.experimental_config(
+            list(detail.cupti_metrics) if detail.cuda else [])
+        self._config = torchapi.profiler_config(detail.shapes, experimental)
         self._activities = {ProfilerActivity.CPU}
         if detail.cuda:
             self._activities.add(ProfilerActivity.CUDA)
@@ -199,7 +183,8 @@ class OpCapture:
         self._pid = os.getpid()
         self._cut_ns = 0
         self._window_ns = 0  # when the open window began (monotonic ns)
-        #: when the capture started, until the first take(): see take()
+        #: when the capture started, until the first take_windows(): operators begun after it
+        #: and still running at the first iteration's start are that iteration's (clip_ns)
         self._started_ns: int | None = None
         #: finished windows: (Kineto result, wall-minus-monotonic offset in ns, first ns, last ns)
         self._windows: deque[tuple[Any, int, int, int]] = deque()
@@ -209,8 +194,6 @@ class OpCapture:
         #: set by the session once the device folder exists: a new scratch file for a window
         #: Kineto writes at the cut (None: the sink thread has Kineto write it)
         self.scratch: Callable[[], Path] | None = None
-        #: converted records not yet handed over, in start order
-        self._records: deque[list[Any]] = deque()
         self.dropped_windows = 0
         self.outside = 0  # records that fell in no iteration (before the first one)
 
@@ -347,16 +330,7 @@ class OpCapture:
         self._python_flag(True)
 
     def _python_flag(self, on: bool) -> None:
-        """torch.profiler's Python-side "a profiler runs" flag, set while we capture as torch's
-        own profiler sets it: compiled code reads it to open its ranges (Inductor's ``## Call
-        CompiledFxGraph <key> ##``, Triton launches, Dynamo's wrappers), and Inductor's
-        autotuner to not start a profiler of its own inside ours (which would end our capture)."""
-        setter = getattr(self._autograd.profiler, "_set_is_profiler_enabled", None)
-        if callable(setter):
-            try:
-                setter(on)
-            except Exception:
-                pass
+        torchapi.set_python_flag(self._autograd.profiler, on)
 
     def _open_blocks(self) -> list[Any]:
         return list(self._blocks.open.values()) if self._blocks else []
@@ -417,44 +391,6 @@ class OpCapture:
         self._warn(message)
 
     # -- sink thread -----------------------------------------------------------------------
-    def take(self, start_ns: int, end_ns: int) -> list[list[Any]]:
-        """The records of operators that started in ``[start_ns, end_ns)``, in start order.
-
-        Called in iteration order; records before ``start_ns`` belong to no iteration.
-        """
-        if self._windows:
-            # the conversion allocates a few lists per event; with the collector on, those
-            # allocations trigger collections that walk every object of a process holding torch
-            # (measured: 17-25 ms per iteration instead of 6 ms).  Nothing here makes cycles.
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                while self._windows:
-                    result, offset, _, _ = self._windows.popleft()
-                    self._records.extend(self._convert(result, offset))
-            finally:
-                if collecting:
-                    gc.enable()
-        records = self._records
-        started, self._started_ns = self._started_ns, None
-        carried = []
-        while records and records[0][START] < start_ns:
-            record = records.popleft()
-            if started is not None and record[START] >= started and record[START] + record[DUR] > start_ns:
-                # the first iteration begins after the capture's start (jobprof's own time, before
-                # the forward): a block open by then (a loop-wide one, continued at the start) is
-                # the iteration's from its start on
-                record[DUR] -= start_ns - record[START]
-                record[START] = start_ns
-                carried.append(record)
-            else:
-                self.outside += 1
-        records.extendleft(reversed(carried))
-        taken = []
-        while records and records[0][START] < end_ns:
-            taken.append(records.popleft())
-        return taken
-
     def take_windows(self, start_ns: int, end_ns: int, save: Callable[[Any, int], tuple[str, int]],
                      forget: Callable[[str], None]) -> list[WindowRef]:
         """The windows holding operators that started in ``[start_ns, end_ns)``, saved first.
@@ -484,24 +420,3 @@ class OpCapture:
                                   self.detail.shapes, started))
             window.referenced = True
         return refs
-
-    def _convert(self, result: Any, offset: int) -> list[list[Any]]:
-        """Kineto events -> records: only the accessors the requested detail needs (each is a
-        C++ call of about 0.5 us)."""
-        shapes, flops, cuda = self.detail.shapes, self.detail.flops, self.detail.cuda
-        out = []
-        for e in result.events():
-            kind = e.activity_type()
-            start = e.start_ns() - offset
-            device, corr, link, extra = -1, 0, 0, None
-            if cuda:
-                corr = e.correlation_id()
-                if kind in DEVICE_KINDS or kind == "cuda_profiler_range":
-                    device, link = e.device_index(), e.linked_correlation_id()
-                    extra = e.metadata_json() or None  # kernel grid/block; CUPTI metric values
-            out.append([e.name(), start, e.duration_ns(), e.device_resource_id(), kind, device, corr, link,
-                        e.shapes() if shapes else None, e.dtypes() if shapes else None,
-                        e.structured_input_strides() if shapes else None,
-                        e.flops() if flops else 0, extra])
-        out.sort(key=lambda r: r[START])
-        return out

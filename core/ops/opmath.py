@@ -15,10 +15,12 @@ FLOPs
     ``dot``/``vdot`` (``2*K``), ``mv`` (``2*M*K``).  ``addmm``/``baddbmm``/``addmv``/``linear``
     count the product only, not the bias epilogue (``M*N`` adds, under 1/K of the total) --
     Kineto's own estimate for ``addmm`` does the same, so the two agree.
-  * convolutions: None.  ``2 * N * prod(out spatial) * numel(weight)`` needs the output size,
-    which depends on stride/padding/dilation -- arguments Kineto records as ``ScalarList``
-    without values (``concrete_inputs`` would be needed).  Kineto's own estimate for
-    ``aten::conv2d`` (``Task.kineto_flops``, recorded with ``request_ops(flops=True)``) has them.
+  * convolutions, EXACT where the scalar arguments were recorded: ``2 * N * prod(out spatial) *
+    numel(weight)`` (one multiply-accumulate per weight element per output position; bias not
+    counted), the output size from stride, padding and dilation, which Kineto records as
+    ``Concrete Inputs`` (``conv1d/2d/3d``, ``convolution``, ``_convolution``,
+    ``cudnn_convolution``, ``mkldnn_convolution``; string padding ``same``/``valid`` too).
+    Transposed convolutions, other convolution entry points, or no concrete values: None.
   * elementwise arithmetic: "1 FLOP per output element per arithmetic operation": ``add``,
     ``sub``, ``rsub``, ``mul``, ``div``, ``true_divide``, ``neg``, ``reciprocal``, ``square`` 1;
     ``addcmul``, ``addcdiv`` 2; ``lerp`` 3.  Scaling factors passed as Python numbers
@@ -465,6 +467,58 @@ def _spec(name: str) -> _Spec | None:
     return spec
 
 
+# -- convolutions: the output size needs the scalar arguments (``Concrete Inputs``) -----------
+#: operator -> (argument index of stride, padding, dilation; of the "transposed" flag or -1)
+_CONV_ARGS: dict[str, tuple[int, int, int, int]] = {
+    "aten::conv1d": (3, 4, 5, -1), "aten::conv2d": (3, 4, 5, -1), "aten::conv3d": (3, 4, 5, -1),
+    "aten::convolution": (3, 4, 5, 6), "aten::_convolution": (3, 4, 5, 6),
+    "aten::cudnn_convolution": (3, 2, 4, -1), "aten::mkldnn_convolution": (4, 3, 5, -1),
+}
+
+
+def _ints(text: str, n: int) -> list[int] | None:
+    """``'[1, 1]'`` (or ``'2'``, one value for every dimension) as n integers."""
+    text = text.strip()
+    try:
+        values = [int(v) for v in text.strip("[]").split(",")] if text else []
+    except ValueError:
+        return None
+    if len(values) == 1 and n > 1:
+        values *= n
+    return values if len(values) == n else None
+
+
+def conv_output(name: str, shapes: Shapes, concrete: list[str]) -> list[int] | None:
+    """The output shape of a (non-transposed) convolution from its input and weight shapes and
+    its recorded scalar arguments, or None."""
+    where = _CONV_ARGS.get(name)
+    if where is None or len(shapes) < 2:
+        return None
+    x, w = shapes[0], shapes[1]
+    if len(x) < 3 or len(w) != len(x):
+        return None
+    stride_at, pad_at, dilation_at, transposed_at = where
+    if max(where) >= len(concrete) or (transposed_at >= 0 and concrete[transposed_at] != "False"):
+        return None
+    n = len(x) - 2
+    stride, dilation = _ints(concrete[stride_at], n), _ints(concrete[dilation_at], n)
+    if stride is None or dilation is None:
+        return None
+    kernel = w[2:]
+    padding_text = concrete[pad_at].strip().strip("'\"")
+    if padding_text == "valid":
+        padding: list[int] | None = [0] * n
+    elif padding_text == "same":
+        return [x[0], w[0], *x[2:]]
+    else:
+        padding = _ints(padding_text, n)
+    if padding is None:
+        return None
+    spatial = [(size + 2 * p - d * (k - 1) - 1) // s + 1
+               for size, p, d, k, s in zip(x[2:], padding, dilation, kernel, stride, strict=True)]
+    return [x[0], w[0], *spatial] if all(v > 0 for v in spatial) else None
+
+
 # -- computing one operator -----------------------------------------------------------------
 def _output(spec: _Spec, shapes: Shapes, dtypes: list[str]) -> Meta | None:
     if spec.inplace:
@@ -534,15 +588,35 @@ def _compute(name: str, shapes: Shapes, dtypes: list[str]) -> Cost:
 MEMO_LIMIT = 65536
 
 
-def cost(name: str, shapes: list[Any] | None, dtypes: list[Any] | None) -> Cost:
+def cost(name: str, shapes: list[Any] | None, dtypes: list[Any] | None,
+         concrete: list[Any] | None = None) -> Cost:
     """(FLOPs, (bytes read, bytes written), (output shapes, output dtypes)) of one call, each
-    None when unknown: :func:`flops`, :func:`bytes_moved` and :func:`output_meta` at once."""
+    None when unknown: :func:`flops`, :func:`bytes_moved` and :func:`output_meta` at once.
+    ``concrete``: the call's scalar argument values as Kineto records them (convolutions)."""
     if shapes is None or dtypes is None:
         return _NOTHING
     try:
-        return _cached(name, tuple(map(tuple, shapes)), tuple(dtypes))
+        found = _cached(name, tuple(map(tuple, shapes)), tuple(dtypes))
     except TypeError:  # a nested (unhashable) shape
-        return _compute(name, shapes, dtypes)
+        found = _compute(name, shapes, dtypes)
+    if found[0] is None and concrete and name in _CONV_ARGS:
+        return _conv_cost(name, shapes, dtypes, concrete, found)
+    return found
+
+
+def _conv_cost(name: str, shapes: Shapes, dtypes: list[str], concrete: list[Any], found: Cost) -> Cost:
+    """A convolution's cost once its scalar arguments are known: FLOPs, and the bytes of its
+    input, weight (and bias) read and its output written."""
+    try:
+        out = conv_output(name, shapes, [str(c) for c in concrete])
+        if out is None or dtypes[0] not in DTYPE_BYTES:
+            return found
+        count = 2 * out[0] * prod(out[2:]) * prod(shapes[1])
+        read = _tensor_bytes(shapes[:3], dtypes[:3])
+        moved = None if read is None else (read, _nbytes(out, dtypes[0]))
+        return count, moved, ([out], [dtypes[0]])
+    except (IndexError, TypeError, ValueError):
+        return found
 
 
 @functools.lru_cache(maxsize=MEMO_LIMIT)
@@ -559,9 +633,9 @@ def unit(name: str) -> str:
     return spec.unit if spec is not None else OTHER
 
 
-def flops(name: str, shapes: list[Any], dtypes: list[Any]) -> int | None:
+def flops(name: str, shapes: list[Any], dtypes: list[Any], concrete: list[Any] | None = None) -> int | None:
     """Floating-point operations of one call (conventions in the module docstring), or None."""
-    return cost(name, shapes, dtypes)[0]
+    return cost(name, shapes, dtypes, concrete)[0]
 
 
 def bytes_moved(name: str, shapes: list[Any], dtypes: list[Any]) -> tuple[int, int] | None:

@@ -7,7 +7,10 @@ What a *task* (an ``op_summary`` row) is:
 
 * On a CUDA job: every kernel, memcpy and memset that ran on the GPU.  Its operator is the
   innermost dispatcher operator around the CUDA runtime call that launched it (matched by
-  Kineto's correlation id).
+  Kineto's correlation id).  An operator call that launched several (cuBLAS: a GEMM, a
+  split-K reduction, a memset) has its FLOPs and bytes on its longest task only
+  (``Task.carries_work``).  Device work no operator launched has its kernel's own name as
+  OP Type (:func:`kernel_type`).
 * On a CPU-only job the CPU is the device: a task is a *top-level operator*, i.e. a
   dispatcher operator (``aten::``, ``c10d::``, custom ``ns::op``) with no dispatcher operator
   around it.  ``aten::linear`` called from Python is one task (its ``aten::addmm`` inside is
@@ -25,12 +28,12 @@ from typing import Any
 
 from jobprof.ops import opmath
 from jobprof.ops.opcapture import (
+    CONCRETE,
     CORR,
     DEVICE_KINDS,
     DTYPES,
     DUR,
     EXTRA,
-    FLOPS,
     KIND,
     LINK,
     NAME,
@@ -50,6 +53,8 @@ _DEVICE_CORE = {"kernel": CUDA, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET}
 COMM_PREFIXES = ("c10d::", "nccl")
 #: Kineto activity types of the host calls that launch device work
 _LAUNCH_KINDS = ("cuda_runtime", "cuda_driver")
+#: Kineto's projections of ranges onto GPU streams: on the device, neither host calls nor tasks
+DEVICE_RANGE_PREFIXES = ("gpu_", "cuda_profiler")
 
 
 def is_dispatch_op(name: str, kind: str) -> bool:
@@ -61,6 +66,27 @@ def is_dispatch_op(name: str, kind: str) -> bool:
 def op_type(name: str) -> str:
     """``aten::addmm`` -> ``addmm``; a name without a namespace is its own type."""
     return name.rpartition("::")[2] or name
+
+
+def kernel_type(name: str) -> str:
+    """The OP Type of device work no operator launched: its function's own name, without
+    return type, namespaces, template arguments or parameters (a demangled CUDA kernel name
+    holds commas and ``::`` inside them): ``void at::native::vectorized_elementwise_kernel<4,
+    at::native::FillFunctor<float>, std::array<char*, 1ul> >(int, ...)`` ->
+    ``vectorized_elementwise_kernel``; ``Memcpy DtoH (Device -> Pinned)`` -> ``Memcpy DtoH``."""
+    out, depth = [], 0
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)" and depth:
+            depth -= 1
+        elif depth == 0:
+            out.append(ch)
+    text = "".join(out).strip()
+    if text.startswith("void "):
+        text = text[5:]
+    text = text.rpartition("::")[2].strip()
+    return text or name
 
 
 #: OP Type family of a kernel torch.compile generated: ``Fused(add+relu)``
@@ -84,7 +110,8 @@ def fused_type(kernel: FusedKernel) -> str:
 class Task:
     """One op_summary / task_time row.  FLOPs and bytes are computed on first use."""
 
-    __slots__ = ("_io", "core_type", "dur", "fused", "host", "index", "model_id", "name", "op_type", "record",
+    __slots__ = ("_io", "carries_work", "core_type", "dur", "fused", "host", "index", "model_id", "name",
+                 "op_type", "record",
                  "start", "stream", "task_id", "wait")
 
     def __init__(self, index: int, record: list[Any], host: list[Any] | None, core_type: str) -> None:
@@ -92,7 +119,8 @@ class Task:
         self.record = record
         self.host = host  # the operator record (the task itself on CPU); None if unmatched
         self.name: str = record[NAME]
-        self.op_type: str = op_type(host[NAME]) if host is not None else op_type(record[NAME])
+        self.op_type: str = op_type(host[NAME]) if host is not None else \
+            kernel_type(record[NAME]) if record[KIND] in DEVICE_KINDS else op_type(record[NAME])
         self.core_type = core_type
         self.stream: int = record[TID]
         self.start: int = record[START]
@@ -100,6 +128,10 @@ class Task:
         self.task_id = 0
         self.wait = 0
         self._io: Any = None
+        #: the operator's FLOPs and bytes are this task's: False for the other tasks of an operator
+        #: call that launched several (cuBLAS: a GEMM, a split-K reduction, a memset), whose work
+        #: lies on its longest task, so that a column's sum is the operators' sum
+        self.carries_work = True
         #: a compiled graph's task: the graph's Model ID and the kernel it ran (else None)
         self.model_id: int | None = None
         self.fused: FusedKernel | None = None
@@ -122,8 +154,11 @@ class Task:
         return self.host[STRIDES] if self.host is not None else None
 
     @property
-    def kineto_flops(self) -> int:
-        return self.host[FLOPS] if self.host is not None else 0
+    def concrete(self) -> list[Any] | None:
+        """The scalar argument values Kineto recorded for the operator (a convolution's stride,
+        padding ...), one string per argument; None when none were."""
+        extra = self.host[EXTRA] if self.host is not None else None
+        return extra.get(CONCRETE) if isinstance(extra, dict) else None
 
     @property
     def extra(self) -> Any:
@@ -136,18 +171,20 @@ class Task:
             if host is None or host[SHAPES] is None:
                 self._io = (None, None, None)
             else:
-                self._io = opmath.cost(host[NAME], host[SHAPES], host[DTYPES])
+                self._io = opmath.cost(host[NAME], host[SHAPES], host[DTYPES], self.concrete)
         return self._io
 
     @property
     def flops(self) -> int | None:
-        """Floating-point operations computed from input shapes (None: unknown for this op)."""
-        return self._cost()[0]
+        """Floating-point operations computed from input shapes (None: unknown for this op, or
+        counted on another task of the same operator call, see ``carries_work``)."""
+        return self._cost()[0] if self.carries_work else None
 
     @property
     def bytes_moved(self) -> tuple[int, int] | None:
-        """(bytes read, bytes written) from shapes and dtypes (None: unknown)."""
-        return self._cost()[1]
+        """(bytes read, bytes written) from shapes and dtypes (None: unknown, or counted on
+        another task of the same operator call)."""
+        return self._cost()[1] if self.carries_work else None
 
     @property
     def outputs(self) -> tuple[list[Any], list[str]] | None:
@@ -162,8 +199,11 @@ class OpView:
         self.records = records
         n = len(records)
         self.parent = [-1] * n
-        host = [i for i, r in enumerate(records) if r[KIND] not in DEVICE_KINDS]
-        self.has_device = len(host) != n
+        # host calls only: not device work, nor the ranges Kineto projects onto GPU streams
+        # (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
+        host = [i for i, r in enumerate(records) if r[KIND] not in DEVICE_KINDS
+                and not r[KIND].startswith(DEVICE_RANGE_PREFIXES)]
+        self.has_device = any(r[KIND] in DEVICE_KINDS for r in records)
         by_thread: dict[int, list[int]] = {}
         for i in host:
             by_thread.setdefault(records[i][TID], []).append(i)
@@ -274,6 +314,15 @@ class OpView:
             core = COMMUNICATION if r[NAME].startswith(COMM_PREFIXES) else _DEVICE_CORE[kind]
             tasks.append(Task(i, r, records[op] if op >= 0 else None, core))
         tasks.sort(key=lambda t: t.start)
+        by_op: dict[int, list[Task]] = {}
+        for task in tasks:
+            if task.host is not None:
+                by_op.setdefault(id(task.host), []).append(task)
+        for group in by_op.values():
+            if len(group) > 1:
+                longest = max(group, key=lambda t: t.dur)  # the first of equals
+                for task in group:
+                    task.carries_work = task is longest
         return tasks
 
     def _number_tasks(self) -> None:

@@ -50,8 +50,7 @@ class PluginSession(Protocol):
     def record_own(self, start_ns: int, end_ns: int, what: str = "") -> None:
         """Record jobprof's own work (monotonic ns): shown as jobprof's, never as the job's."""
 
-    def request_ops(self, shapes: bool = False, flops: bool = False,
-                    cupti_metrics: tuple[str, ...] = ()) -> None:
+    def request_ops(self, shapes: bool = False, cupti_metrics: tuple[str, ...] = ()) -> None:
         """Ask for the operators of every iteration (the core stream ``ops``)."""
 
     def set_info(self, key: str, value: Any) -> None:

@@ -41,6 +41,10 @@ PROFILER_STREAM = "profiler"
 #: capture wrote (``jobprof.files.kinetotrace``); readers get the arrays, resolved on reading.
 OPS_STREAM = "ops"
 NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
+#: ``EXTRA`` of a host operator recorded with shapes: {CONCRETE: Kineto's ``Concrete Inputs``,
+#: one string per argument, the value of scalar arguments (a convolution's stride) else ""};
+#: ``FLOPS`` is 0 in records read from Kineto's files (its estimate is not written there)
+CONCRETE = "Concrete Inputs"
 #: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)
 DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})
 

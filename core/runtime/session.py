@@ -123,16 +123,16 @@ class Session:
             if self.sink is None and what:  # before the first iteration ends: start-up
                 self._own_startup[what] = self._own_startup.get(what, 0) + end_ns - start_ns
 
-    def request_ops(self, shapes: bool = False, flops: bool = False,
-                    cupti_metrics: tuple[str, ...] = ()) -> None:
+    def request_ops(self, shapes: bool = False, cupti_metrics: tuple[str, ...] = ()) -> None:
         """Ask for the operators of every iteration (stream ``ops``, see :mod:`jobprof.ops.opcapture`).
 
         Call from ``jobprof_session_start``; the capture serves every plugin that asked, at the
-        most detail any of them needs.  ``shapes``: input shapes, dtypes and strides;
-        ``flops``: Kineto's FLOP estimate; ``cupti_metrics``: CUPTI metrics per kernel (CUDA
-        only).  CUDA kernels are recorded whenever CUDA is there.
+        most detail any of them needs.  ``shapes``: input shapes, dtypes, strides and scalar
+        values (FLOPs and bytes are computed from them, :mod:`jobprof.ops.opmath`);
+        ``cupti_metrics``: CUPTI metrics per kernel (CUDA only).  CUDA kernels are recorded
+        whenever CUDA is there.
         """
-        wanted = Detail(shapes, flops, False, cupti_metrics)
+        wanted = Detail(shapes, False, cupti_metrics)
         self._ops_detail = wanted if self._ops_detail is None else self._ops_detail.merge(wanted)
 
     @property
@@ -208,7 +208,7 @@ class Session:
             if self.sink is None:
                 if not self._go_live():
                     return
-                if self.ops is not None and self.ops.to_files:
+                if self.ops is not None:
                     folder = self.device_dir
                     assert folder is not None  # _go_live claimed it
                     self.ops.scratch = lambda: kinetotrace.scratch_file(folder)
@@ -222,8 +222,7 @@ class Session:
             ops = self.ops
             if ops is not None and ops.state == "capturing":
                 ops.cut(iteration.end_ns)
-                take = self._ops_windows if ops.to_files else ops.take
-                streams[OPS_STREAM] = partial(take, iteration.start_ns, iteration.end_ns)
+                streams[OPS_STREAM] = partial(self._ops_windows, iteration.start_ns, iteration.end_ns)
             # results arrive checked by the manager: {stream: [records] or a callable building
             # them on the sink thread}, streams owned
             for _, result in self.manager.iteration_end(self, iteration):

@@ -18,7 +18,7 @@ module                               group (``aic_metrics`` value)
 ===================================  ===============================================
 
 The plugin claims the core's ``aic_metrics`` key, is active when the options chose one of its
-groups (then asks for what that group needs: operators with shapes, Kineto's FLOP estimate,
+groups (then asks for what that group needs: operators with shapes,
 CUPTI metrics, the calibration), and answers ``jobprof_aic_metrics(name)`` for its groups only:
 None for any other name, so a third-party group (a plugin of its own that widens the key's
 accepted values with ``{"enum": [...]}`` and answers for its name) still plugs in.

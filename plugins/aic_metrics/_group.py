@@ -11,8 +11,8 @@ Per task:
 * work: the task's FLOPs split by unit -- ``cube`` (matmul/conv family) or ``vector``
   (elementwise, full reductions) -- from :mod:`jobprof.ops.opmath`; a copy moves data and computes
   nothing, a matmul has no vector work (its bias epilogue is not counted, as in opmath), an
-  elementwise op no cube work.  ``aten::conv2d``, whose FLOPs opmath cannot know (stride and
-  padding are not recorded as values), takes Kineto's own estimate, which had them;
+  elementwise op no cube work.  Convolutions are exact where Kineto recorded their stride,
+  padding and dilation (``Concrete Inputs``), else unknown;
 * time a unit needs: work / the machine's measured peak for the op's dtype (``matmul_flops_per_s``
   / ``vector_flops_per_s`` / ``memory_bytes_per_s`` from the calibration in info.json).  Zero
   work needs zero time whatever the peak; work with no measured peak for its dtype is unknown;
@@ -66,8 +66,7 @@ class Group:
     values need from the profiled process.
 
     ``peaks``: the values need the calibration (measured once, see :func:`calibrate_once`);
-    ``flops``: Kineto's FLOP estimate (conv2d); ``cupti``: the CUPTI metrics per kernel the group
-    reads on CUDA.
+    ``cupti``: the CUPTI metrics per kernel the group reads on CUDA.
     """
 
     name: str
@@ -75,7 +74,6 @@ class Group:
     values: Callable[[Any, Mapping], list] = attrs.field(repr=False)
     sources: Mapping[str, str] = attrs.field(repr=False)
     peaks: bool = False
-    flops: bool = False
     cupti: tuple[str, ...] = ()
 
     def metric_set(self) -> MetricSet:
@@ -84,9 +82,9 @@ class Group:
                          sources=self.sources)
 
     def start(self, session: PluginSession) -> None:
-        """Ask for operators with shapes (and Kineto's FLOP estimate, CUPTI metrics), and measure
+        """Ask for operators with shapes (and CUPTI metrics), and measure
         the machine's peaks once when the group needs them."""
-        session.request_ops(shapes=True, flops=self.flops, cupti_metrics=self.cupti)
+        session.request_ops(shapes=True, cupti_metrics=self.cupti)
         if self.peaks:
             calibrate_once(session)
 
@@ -188,8 +186,8 @@ class Work:
     __slots__ = ("cells", "cube", "dtype", "mac", "mte2", "mte3", "read", "vec", "vector", "written")
 
     def __init__(self, name: str | None, count: int | None, moved: tuple[int, int] | None, kind: str | None,
-                 kineto_flops: int, p: Peaks) -> None:
-        self.cube, self.vector = work(name, count, kineto_flops) if name is not None else (None, None)
+                 p: Peaks) -> None:
+        self.cube, self.vector = work(name, count) if name is not None else (None, None)
         self.read: int | None = moved[0] if moved is not None else None
         self.written: int | None = moved[1] if moved is not None else None
         self.dtype = kind
@@ -200,7 +198,7 @@ class Work:
         self.cells: dict[str, Any] = {}
 
 
-#: (op name, FLOPs, bytes, dtype, Kineto FLOPs, peaks) -> Work
+#: (op name, FLOPs, bytes, dtype, peaks) -> Work
 _WORK: dict[tuple[Any, ...], Work] = {}
 _WORK_LIMIT = 65536
 
@@ -211,17 +209,15 @@ def derive(task: Any, machine: Mapping[str, Any]) -> tuple[float | None, Work]:
     host = task.host
     seconds = task.dur / 1e9 if task.dur > 0 else None
     if host is None:  # a device task no operator launched: nothing is known of its work
-        key: tuple[Any, ...] = (None, None, None, None, 0, p)
+        key: tuple[Any, ...] = (None, None, None, None, p)
         name = count = moved = kind = None
-        kineto = 0
     else:
-        name, count, moved, outputs, kineto = host[NAME], task.flops, task.bytes_moved, task.outputs, \
-            task.kineto_flops
+        name, count, moved, outputs = host[NAME], task.flops, task.bytes_moved, task.outputs
         kind = outputs[1][0] if outputs is not None and outputs[1] else _first_tensor_dtype(task.dtypes)
-        key = (name, count, moved, kind, kineto, p)
+        key = (name, count, moved, kind, p)
     found = _WORK.get(key)
     if found is None:
-        found = Work(name, count, moved, kind, kineto, p)
+        found = Work(name, count, moved, kind, p)
         if len(_WORK) >= _WORK_LIMIT:
             _WORK.clear()
         _WORK[key] = found
@@ -235,11 +231,9 @@ def _first_tensor_dtype(dtypes: Any) -> str | None:
     return None
 
 
-def work(name: str, count: int | None, kineto_flops: int = 0) -> tuple[int | None, int | None]:
+def work(name: str, count: int | None) -> tuple[int | None, int | None]:
     """(cube FLOPs, vector FLOPs) of operator ``name`` whose opmath FLOPs are ``count``."""
     unit = opmath.unit(name)
-    if count is None and unit == opmath.CUBE and name == "aten::conv2d" and kineto_flops:
-        count = kineto_flops  # Kineto saw stride/padding; opmath only sees shapes
     if unit == opmath.CUBE:
         return count, 0
     if unit == opmath.VECTOR:

@@ -54,8 +54,8 @@ SOURCES = {
     "vec_fp16_ratio": "elementwise float16/bfloat16: " + _RATIO.format(unit="vector"),
     "vec_int32_ratio": "elementwise int32: " + _RATIO.format(unit="vector"),
     "vec_misc_ratio": "elementwise, other dtypes: " + _RATIO.format(unit="vector"),
-    "cube_fops": "CPU and CUDA: matmul-family FLOPs from input shapes (exact: 2*M*N*K; aten::conv2d: "
-                 "Kineto's estimate); N/A when unknown",
+    "cube_fops": "CPU and CUDA: matmul-family FLOPs from input shapes (exact: 2*M*N*K; convolutions: "
+                 "2*N*out positions*weight elements from recorded stride/padding); N/A when unknown",
     "vector_fops": "CPU and CUDA: elementwise FLOPs from input shapes (1 per output element per "
                    "arithmetic op); N/A when unknown",
 }
@@ -90,4 +90,4 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
 
 
 #: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
-SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True, cupti=CUPTI)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=True, cupti=CUPTI)

@@ -48,7 +48,7 @@ SOURCES = {
     "vec_time(us)": "CPU: elementwise FLOPs (input shapes) / measured vector peak FLOP/s for the dtype "
                     f"(calibration); 0 without vector work; {_DERIVED_CUDA}",
     "vec_ratio": f"CPU: vec_time / aicore_time (unclamped); {_DERIVED_CUDA}",
-    "mac_time(us)": "CPU: matmul-family FLOPs (exact, input shapes; aten::conv2d: Kineto's estimate) / "
+    "mac_time(us)": "CPU: matmul-family FLOPs (exact, input shapes and convolution strides) / "
                     f"measured matmul peak FLOP/s for the dtype (calibration); {_DERIVED_CUDA}",
     "mac_ratio": f"CPU: mac_time / aicore_time = achieved / peak FLOP/s (unclamped); {_DERIVED_CUDA}",
     "scalar_time(us)": "N/A: no scalar-unit analogue is measured (CPU and CUDA)",
@@ -87,4 +87,4 @@ def values(task: Any, machine: Mapping[str, Any]) -> list[str]:
 
 
 #: this group, as the plugin's table of groups lists it (jobprof.plugins.aic_metrics.GROUPS)
-SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=True, flops=True)
+SPEC = g.Group(GROUP, COLUMNS, values, SOURCES, peaks=True)

@@ -38,9 +38,15 @@ def us3(ns: int) -> str:
 
 
 def block_dim(extra: Any) -> str:
-    """Blocks in a CUDA kernel's grid (Ascend's Block Dim: the cores a task ran on), from
-    Kineto's kernel metadata; N/A for CPU tasks, copies and fills."""
+    """Blocks in a CUDA kernel's grid, x*y*z (Ascend's Block Dim: how many blocks the task
+    was split into, each run by one core), from Kineto's kernel args; N/A for CPU tasks,
+    copies and fills."""
     if not extra:
+        return NA
+    if isinstance(extra, dict):
+        grid = extra.get("grid")
+        if isinstance(grid, list) and len(grid) == 3 and all(isinstance(v, int) for v in grid):
+            return str(grid[0] * grid[1] * grid[2])
         return NA
     found = _GRID.search(extra if isinstance(extra, str) else json.dumps(extra))
     if found is None:

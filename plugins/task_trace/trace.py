@@ -9,6 +9,9 @@ Master timeline layers:
 * ``Ascend Hardware`` (label ``NPU <dev>``, shared with the step trace thread): one
   ``Stream <id>`` track per stream (CUDA stream; the executing OS thread on a CPU-only job),
   one event per task.
+* device ranges (``gpu_user_annotation``: a ``record_function`` block as the GPU ran it, from
+  its first kernel's start to its last kernel's end) on ``Stream <id> ranges`` tracks of the
+  same process: ranges, not tasks (op_summary does not list them).
 * ``HostToDevice`` flows from each task's host call (CPU job: the task's own operator; CUDA:
   the runtime call that launched the kernel) to the task; the ``f`` end has exactly the
   (pid, tid, ts) of the task's event, which is how readers join them.
@@ -40,7 +43,8 @@ FLOW_CAT = "HostToDevice"
 #: overlapping lane k of OS thread t is track ``t + k * LANE_STRIDE`` (Linux thread ids stay
 #: below 2**22, the largest pid_max, so lanes never collide with another thread)
 LANE_STRIDE = 1 << 22
-_NOT_HOST = ("gpu_", "cuda_profiler")
+#: the track of stream s's device ranges (gpu_user_annotation) in the device process
+RANGE_TRACK = 1 << 22
 #: option: operator-tier events one iteration may put in each timeline file
 LIMIT_KEY = "timeline_max_events"
 #: its default: ~100 MB of master timeline, about what Perfetto's JSON import still opens well
@@ -150,7 +154,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     # host calls only: not the device work, nor Kineto's projections of ranges onto GPU
     # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
     host = [i for i, r in enumerate(records) if r[KIND] not in optree.DEVICE_KINDS
-            and not r[KIND].startswith(_NOT_HOST)]
+            and not r[KIND].startswith(optree.DEVICE_RANGE_PREFIXES)]
     # an op-heavy iteration (LBFGS: ~170,000 tasks) keeps the time prefix that fits the limit
     limit = event_limit(ctx)
     task_starts = [t.start for t in tab.tasks] if tab is not None else []
@@ -194,6 +198,8 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
               for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
     if tab is not None:
         _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events)
+    if view.has_device:
+        _add_device_ranges(ctx, timeline, records, cut, events)
     if cut is not None:
         kept = len(hosts) + _PER_TASK * n_tasks
         _capped(ctx, limit, "master timeline")
@@ -237,6 +243,21 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab:
         events.append(f'{head}{flow}, "ph": "s", "pid": {host_pid}, '
                       f'"tid": {track.get(source, records[source][TID])}, "ts": {ts_of[source]!r}}}')
         events.append(f'{head}{flow}, "ph": "f", "bp": "e", "pid": {pid}, "tid": {sid}, "ts": {ts!r}}}')
+
+
+def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[list[Any]], cut: int | None,
+                       events: list[str]) -> None:
+    """Kineto's device ranges, on a track beside their stream's tasks."""
+    ranges = [r for r in records if r[KIND] == "gpu_user_annotation" and (cut is None or r[START] < cut)]
+    if not ranges:
+        return
+    pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
+    offset = ctx.axis.offset_ns
+    for stream in sorted({r[TID] for r in ranges}):
+        timeline.thread(pid, RANGE_TRACK + stream, f"Stream {stream} ranges", sort_index=stream)
+    events += [f'{{"name": {dumps(r[NAME])}, "pid": {pid}, "tid": {RANGE_TRACK + r[TID]}, '
+               f'"ts": {(r[START] + offset) / 1000!r}, "dur": {r[DUR] / 1000!r}, '
+               f'"args": {{"Event Type": "gpu_user_annotation"}}, "ph": "X"}}' for r in ranges]
 
 
 def _add_overlap(ctx: ExportContext, timeline: Timeline, view: optree.OpView) -> None:
