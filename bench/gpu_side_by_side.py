@@ -102,6 +102,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rounds: list[dict[str, dict[str, Any]]] = []
     note = ""
 
+    def result() -> dict[str, Any]:
+        out = {"device": args.device, "quick": args.quick, "steps": args.steps, "warmup": args.warmup,
+               "rounds": rounds, "note": note, "seconds": time.perf_counter() - began}
+        out["rows"] = rows(out)
+        return out
+
     def left() -> float:
         return args.budget_s - (time.perf_counter() - began)
 
@@ -113,19 +119,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             start = time.perf_counter()
             order = ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]
-            result: dict[str, Any] = {}
+            this: dict[str, Any] = {}
             for arm in order:
                 # a hung run may take what is left of the budget, at most --run-timeout-s
                 timeout = min(args.run_timeout_s, left())
-                result[arm] = one(Path(tmp), arm, f"{arm}{i}", args, timeout) if timeout >= 10 else \
+                this[arm] = one(Path(tmp), arm, f"{arm}{i}", args, timeout) if timeout >= 10 else \
                     {"error": "not run: --budget-s spent"}
-            result["_s"] = time.perf_counter() - start
-            rounds.append(result)
-            print(f"gpu-side-by-side: round {i + 1} in {result['_s']:.0f} s: "
+            this["_s"] = time.perf_counter() - start
+            rounds.append(this)
+            print(f"gpu-side-by-side: round {i + 1} in {this['_s']:.0f} s: "
                   + ", ".join(f"{a} {r['step_s'] * 1e3:.2f} ms" if "step_s" in r else f"{a} FAILED"
-                              for a, r in result.items() if a != "_s"), file=sys.stderr, flush=True)
-    return {"device": args.device, "quick": args.quick, "steps": args.steps, "warmup": args.warmup,
-            "rounds": rounds, "note": note, "seconds": time.perf_counter() - began}
+                              for a, r in this.items() if a != "_s"), file=sys.stderr, flush=True)
+            if args.json:  # the rounds so far, should the caller's own time limit stop this one
+                Path(args.json).write_text(json.dumps(result(), indent=1, default=str))
+    return result()
 
 
 def _median(values: list[float]) -> float | None:
@@ -196,7 +203,6 @@ def main() -> None:
         parser.error("--steps must exceed --warmup")
 
     result = run(args)
-    result["rows"] = rows(result)
     from tabulate import tabulate
 
     print(tabulate([fmt(r, args.steps) for r in result["rows"]], headers="keys", tablefmt="github"))

@@ -162,3 +162,45 @@ def test_info_records_nothing_when_capture_is_off(runner: Runner) -> None:
     assert all("ops" not in s for s in raw(runner.device_dir()).values())
     info = json.loads((runner.device_dir() / "info.json.0").read_text())
     assert "task_trace" not in info["jobprof"]["plugins"]
+
+
+BREAKS_WINDOWS = """
+import glob, os, shutil, sys, time
+import torch
+from torch import nn
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(10):
+    opt.zero_grad()
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()
+    if i == 4:  # the job's own cleanup takes jobprof's window folder, and a file takes its place
+        time.sleep(0.3)  # the sink has written the first windows
+        [kineto] = glob.glob(os.path.join(sys.argv[1], "PROF_*", "device_0", "data", "kineto"))
+        shutil.rmtree(kineto)
+        open(kineto, "w").close()
+print("DONE")
+"""
+
+
+def test_a_broken_operator_capture_is_said_once_and_listed_as_missing(runner: Runner) -> None:
+    """Every later window fails to be saved: one warning (not one per iteration), the step tier
+    goes on to the last iteration, and `jobprof summary` lists the capture under Missing."""
+    from conftest import jobprof_cli
+
+    proc = runner.run(BREAKS_WINDOWS, {"task_trace": "on", "training_trace": "on"}, args=[str(runner.out)])
+    assert "DONE" in proc.stdout
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("jobprof:")]
+    stopped = [line for line in lines if "operator capture stopped" in line]
+    assert len(stopped) == 1 and len(lines) == 1, proc.stderr
+    device = runner.device_dir()
+    assert len(list((device / "summary").glob("step_trace_*.csv"))) == 10
+    assert 0 < len(list((device / "summary").glob("op_summary_*.csv"))) < 10
+    info = json.loads((device / "info.json.0").read_text())["jobprof"]
+    [disabled] = info["disabled"]
+    assert disabled["what"] == "operator capture" and isinstance(disabled["iteration"], int)
+    summary = jobprof_cli("summary", str(runner.out))
+    assert summary.returncode == 0, summary.stderr
+    missing = summary.stdout.split("\nMissing\n", 1)[1]
+    assert f"operator capture was disabled from iteration {disabled['iteration']} on every rank" in missing

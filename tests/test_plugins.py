@@ -454,6 +454,18 @@ def test_broken_plugin_is_named_once_with_its_reason(broken_job, name):
     assert BROKEN[name][1] in lines[0]
 
 
+def test_summary_lists_the_plugins_disabled_during_the_run(broken_job):
+    from conftest import jobprof_cli
+
+    runner, _ = broken_job
+    proc = jobprof_cli("summary", str(runner.out))
+    assert proc.returncode == 0, proc.stderr
+    missing = proc.stdout.split("\nMissing\n", 1)[1]
+    assert "plugin 'iter_raises' was disabled from iteration 2 on every rank: " \
+           "jobprof_iteration_end raised RuntimeError: sensor unplugged" in missing, missing
+    assert "plugin 'deferred_raises' was disabled" in missing
+
+
 def test_failing_hooks_stop_their_plugin_only(broken_job):
     runner, proc = broken_job
     device = runner.device_dir()

@@ -337,6 +337,24 @@ def part_sources(manager: PluginManager) -> list[tuple[str, PartSource]]:
     return [(plugin, source) for plugin, found in manager.breakdown_sources() for source in found]
 
 
+def _disabled(profile: Profile, model: dict[str, Any]) -> list[str]:
+    """What stopped working during the run (info.json ``disabled``: a failed plugin, the
+    operator capture), one line per thing and reason, naming the ranks."""
+    ranks: dict[tuple[str, str], list[int]] = {}
+    for r in model["ranks"]:
+        for item in (profile.info(r["device"]).get("jobprof") or {}).get("disabled") or ():
+            if isinstance(item, dict) and isinstance(item.get("what"), str):
+                at = item.get("iteration")
+                since = f" from iteration {at}" if isinstance(at, int) and not isinstance(at, bool) else ""
+                key = (f"{item['what']} was disabled{since}", str(item.get("reason") or "no reason given"))
+                ranks.setdefault(key, []).append(r["rank"])
+    notes = []
+    for (what, reason), found in ranks.items():
+        who = "every rank" if len(found) == len(model["ranks"]) else f"rank(s) {', '.join(map(str, found))}"
+        notes.append(f"{what} on {who}: {reason}; its files stop there")
+    return notes
+
+
 def missing(profile: Profile, model: dict[str, Any],
             sources: Iterable[tuple[str, PartSource]] = ()) -> list[str]:
     """What a reader should know is not in this profile (or not in the selection).
@@ -372,6 +390,7 @@ def missing(profile: Profile, model: dict[str, Any],
                      else "no iteration's raw data was saved")
             notes.append(f"rank {r['rank']}: no end_info (the job did not finish); {saved}")
         notes += _lost(profile, r, sorted(stored.get(r["device"], [])))
+    notes += _disabled(profile, model)
     for part in PARTS:
         claims = [(plugin, s.unseen) for plugin, s in sources if s.part == part]
         if not claims:

@@ -75,6 +75,13 @@ class Session:
         self._own: list[list[int]] = []
         #: jobprof's work before the first iteration began (ns), shown as jobprof's in info.json
         self._own_startup: dict[str, int] = {}
+        #: what stopped working mid-run, said once each and kept in info.json (``disabled``) so
+        #: that ``jobprof summary`` lists it: a failed plugin, the operator capture
+        self._disabled: dict[str, dict[str, Any]] = {}
+        self._failed_at: dict[str, int | None] = {}
+        self._last_index = 0
+        #: the operator capture's records failed to build: stop Kineto at the next cut
+        self._ops_broken = False
         manager.on_fail = self._end_failed_plugin
         os.register_at_fork(after_in_child=self._forked)
 
@@ -204,6 +211,7 @@ class Session:
             if self.state == "stopped" and self.ops is not None and os.getpid() == self.pid:
                 self.ops.stop()  # on the training thread: Kineto must not be stopped under it
             return
+        self._last_index = iteration.index
         try:
             if self.sink is None:
                 if not self._go_live():
@@ -220,6 +228,8 @@ class Session:
                 streams[PROFILER_STREAM] = [s for s in own if s[1] > start and s[0] < end]
                 self._own = [s for s in own if s[1] > end]
             ops = self.ops
+            if ops is not None and self._ops_broken and ops.state == "capturing":
+                ops.stop()  # on the training thread, as Kineto needs
             if ops is not None and ops.state == "capturing":
                 ops.cut(iteration.end_ns)
                 streams[OPS_STREAM] = partial(self._ops_windows, iteration.start_ns, iteration.end_ns)
@@ -348,7 +358,7 @@ class Session:
                                               on_ageing=self.reporter.warning)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
-                             self.manager.is_active)
+                             self.manager.is_active, self._core_stream_failed)
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False
@@ -378,6 +388,7 @@ class Session:
                 "plugins": self.manager.active(),
                 "own_startup_ms": {k: round(v / 1e6, 3) for k, v in self._own_startup.items()},
                 "time_base_ns": self.time_base_ns,
+                "disabled": self._disabled_list(),
                 **self.info,
             },
         })
@@ -409,11 +420,38 @@ class Session:
             write_with_done(device_dir / f"end_info.{dev}", json.dumps(ClockAnchor.now().info("End")))
         write_with_done(device_dir / f"info.json.{dev}", json.dumps(info))
 
+    def _core_stream_failed(self, stream: str, index: int, message: str) -> None:
+        """The records of a core stream (the operator capture's) could not be built (sink
+        thread): said once, the capture stops at the next cut, the other plugins carry on."""
+        what = "operator capture" if stream == OPS_STREAM else f"core stream '{stream}'"
+        with self._lock:
+            if what in self._disabled:
+                return
+            self._disabled[what] = {"what": what, "reason": message, "iteration": index}
+            self._ops_broken = self._ops_broken or stream == OPS_STREAM
+        self.reporter.warning(f"{what} stopped: its records of iteration {index} could not be read "
+                              f"({message}); operator-tier files end before that iteration, the "
+                              "other plugins carry on")
+
+    def _disabled_list(self) -> list[dict[str, Any]]:
+        """What stopped working during the run, for info.json: failed plugins (their first
+        error), the operator capture."""
+        found = dict(self._disabled)
+        for record in self.manager.records():
+            if record.status == "failed" and record.name not in found:
+                found[record.name] = {"what": f"plugin '{record.name}'", "reason": record.error,
+                                      "iteration": self._failed_at.get(record.name)}
+        ops = self.ops
+        if ops is not None and ops.error and "operator capture" not in found:
+            found["operator capture"] = {"what": "operator capture", "reason": ops.error, "iteration": None}
+        return list(found.values())
+
     def _end_failed_plugin(self, name: str) -> None:
         """A plugin failed mid-run: let it uninstall its collectors (best effort).
 
         Its own jobprof_session_end, called directly as pluggy holds it (with the arguments
         it declares), not through the isolation that is failing it."""
+        self._failed_at.setdefault(name, self._last_index or None)
         impl = self.manager.hookimpl(name, "jobprof_session_end")
         if self.state == "collecting" and impl is not None:
             given = {"session": self}

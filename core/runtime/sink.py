@@ -50,11 +50,16 @@ class Sink:
                  on_plugin_error: Callable[[str, str], None],
                  on_fatal: Callable[[str], None],
                  stream_owner: Callable[[str], str | None] = lambda stream: None,
-                 plugin_alive: Callable[[str], bool] = lambda plugin: True) -> None:
+                 plugin_alive: Callable[[str], bool] = lambda plugin: True,
+                 on_core_error: Callable[[str, int, str], None] | None = None) -> None:
         self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
         self.budget = budget
         self._on_plugin_error, self._on_fatal, self._stream_owner = on_plugin_error, on_fatal, stream_owner
         self._plugin_alive = plugin_alive
+        #: a core stream (no plugin owns it: ``ops``) whose records failed to build: told once
+        #: (stream, iteration, message), then it gets nothing more
+        self._on_core_error = on_core_error
+        self._dead_streams: set[str] = set()
         self._raw = rawstore.RawWriter(device_dir)
         #: the exporter's reader of operator windows (consecutive iterations share them)
         self._windows = kinetotrace.Windows(device_dir / "data")
@@ -148,7 +153,7 @@ class Sink:
             if type(records) is list or not callable(records):
                 continue
             owner = self._stream_owner(stream)
-            if owner is not None and not self._plugin_alive(owner):
+            if (owner is not None and not self._plugin_alive(owner)) or stream in self._dead_streams:
                 del streams[stream]  # type: ignore[attr-defined]
                 continue  # failed since: it gets nothing more
             try:
@@ -161,7 +166,12 @@ class Sink:
                     del streams[stream]  # type: ignore[attr-defined]
             except Exception as exc:
                 del streams[stream]  # type: ignore[attr-defined]
-                self._on_plugin_error(owner or stream, f"deferred records of stream '{stream}' (iteration "
+                if owner is None:  # the core's own stream: one report, no plugin to disable
+                    self._dead_streams.add(stream)
+                    if self._on_core_error is not None:
+                        self._on_core_error(stream, index, f"{type(exc).__name__}: {exc}")
+                    continue
+                self._on_plugin_error(owner, f"deferred records of stream '{stream}' (iteration "
                                              f"{index}): {type(exc).__name__}: {exc}")
 
     def _flush_raw(self) -> None:

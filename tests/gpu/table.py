@@ -53,7 +53,8 @@ def junit(path: Path) -> list[tuple[str, str, str]]:
             found = case.find(tag)
             if found is not None:
                 text = found.get("message") or found.text or ""
-                outcome, message = word, " ".join(text.strip().splitlines()[:4])[:400]
+                head = text.strip().split("\n\n")[0].splitlines()  # pytest.fail's heads end at a blank line
+                outcome, message = word, " ".join(x.strip() for x in head[:4])[:400]
                 break
         cases.append((name, outcome, message))
     return cases
