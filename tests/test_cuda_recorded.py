@@ -29,6 +29,7 @@ pytestmark = pytest.mark.torch_versions
 TRACE = REPO / "tests" / "data" / "cuda_h200_lm_3steps.pt.trace.json.xz"
 MODEL = 4294967295
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+MONOTONIC_AT_BASE = 5_000 * 10**9
 OPTIONS = {"output": ".", "training_trace": "on", "task_trace": "on", "aicpu": "on",
            "aic_metrics": "ArithmeticUtilization"}
 
@@ -65,14 +66,20 @@ def exported(tmp_path_factory) -> dict[str, Any]:
     windows = kinetotrace.Windows(device / "data")
     manager = loaded_manager()
     config = Config(OPTIONS)
-    meta = export.DeviceMeta(0, 803, ClockAnchor.now(), config)
+    # the clocks of a real process: records in monotonic ns (5,000 s after boot when the trace's
+    # base was read), the window's offset maps Kineto's wall clock onto it, timelines count from
+    # the job's time base (whole seconds), as a session records them
+    base = trace["baseTimeNanoseconds"]
+    shift = base - MONOTONIC_AT_BASE
+    anchor = ClockAnchor(base, MONOTONIC_AT_BASE, MONOTONIC_AT_BASE)
+    meta = export.DeviceMeta(0, 803, anchor, config, time_base_ns=base // 10**9 * 10**9)
     meta = export.with_metrics(meta, manager)
     writers = export.writers_for(manager, config)
     problems: list[str] = []
     records = {}
     for index, (start, end) in enumerate(_steps(trace), start=1):
-        # offset 0: the window's clock is the iterations' (wall ns), as a window's offset maps it
-        ref = kinetotrace.reference(window, 0, len(data), index == 1, True)
+        start, end = start - shift, end - shift
+        ref = kinetotrace.reference(window, shift, len(data), index == 1, True)
         ops = windows.resolve([ref], start, end)
         records[index] = ops
         streams = {ITERATION_STREAM: [Iteration(index, start, end, "optimizer_step").to_record()],

@@ -21,7 +21,8 @@ PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu-check}
 WORK=$(mktemp -d /tmp/gpu-check-work.XXXXXX)  # logs and result files, tarred at the end
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1  # no network there: pip must not look
+# no network there: pip must not look for a newer pip; as root it would warn at every install
+export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
 BEGAN=$SECONDS
 
 say() { printf '[%s +%3ds] %s\n' "$(date +%T)" "$((SECONDS - BEGAN))" "$*"; }
@@ -40,7 +41,7 @@ step() {
 
 install() {
     ls .whl/jobprof-*.whl || { echo "no .whl/: run tests/gpu/prepare.sh first and carry .whl" >&2; return 1; }
-    local pip=("$PY" -m pip install -q --root-user-action=ignore --no-index --no-cache-dir)
+    local pip=("$PY" -m pip install -q --no-index --no-cache-dir)
     # jobprof and what the machine lacks; --no-deps: the rest is the machine's own
     "${pip[@]}" --no-deps .whl/*.whl || return 1
     # any requirement the machine's own packages do not meet comes from the fallbacks
@@ -99,6 +100,13 @@ step bench 240 "$PY" bench/gpu_side_by_side.py "${BENCH[@]}" --json "$WORK/bench
     || echo "table.py failed: $(tail -n 3 "$WORK/table.log")" >>"$OUT/gpu_check.md"
 cp "$OUT/gpu_check.md" "$WORK/"
 (cd "$WORK" && tar -czf "$OUT/logs.tar.gz" --exclude='tmp_*' .)
+# what failed, in the console too (the device tool returns only the output's tail)
+for name in test_cuda compat; do
+    if grep -qE '^(FAILED|ERROR) ' "$WORK/$name.log" 2>/dev/null; then
+        echo "--- $name: failures (whole log in logs.tar.gz)"
+        grep -E '^(FAILED|ERROR) ' "$WORK/$name.log" | cut -c1-400 | head -n 12
+    fi
+done
 say "done: $OUT/gpu_check.md, $OUT/logs.tar.gz ($(du -k "$OUT/logs.tar.gz" | cut -f1) KiB)"
 rm -rf "$WORK"  # the profiles the tests wrote; what matters is in the tarball
 echo
