@@ -41,9 +41,17 @@ step() {
 
 install() {
     ls .whl/jobprof-*.whl || { echo "no .whl/: run tests/gpu/prepare.sh first and carry .whl" >&2; return 1; }
-    local pip=("$PY" -m pip install -q --no-index --no-cache-dir)
+    local pip=("$PY" -m pip install -q --no-index --no-cache-dir) here
     # jobprof and what the machine lacks; --no-deps: the rest is the machine's own
     "${pip[@]}" --no-deps .whl/*.whl || return 1
+    # a wheel built from other sources than this tree's (prepare.sh not re-run after an edit) would
+    # test old code: build jobprof here from the tree instead (setuptools is on that machine)
+    here=$(find core plugins schemas setup.py pyproject.toml -type f ! -path '*/__pycache__/*' -print0 \
+           | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16)
+    if [ "$here" != "$(cat .whl/SOURCE 2>/dev/null)" ]; then
+        echo "jobprof wheel is STALE (sources $(cat .whl/SOURCE 2>/dev/null), tree $here): installing the tree"
+        "${pip[@]}" --no-deps --no-build-isolation --force-reinstall . || return 1
+    fi
     # any requirement the machine's own packages do not meet comes from the fallbacks
     "${pip[@]}" --find-links .whl/fallback jobprof || return 1
     "$PY" - <<'EOF'

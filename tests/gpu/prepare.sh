@@ -13,7 +13,8 @@
 #                        missing or too old (pip picks them from --find-links, see check.sh)
 #
 # Versions are those of the local venv (.venv, what CI tests) when it has them.
-# Run it again right before each device run: the jobprof wheel is a snapshot of core/ and plugins/.
+# The jobprof wheel is a snapshot of core/ and plugins/: run this again right before each device
+# run (check.sh rebuilds jobprof there from the tree it got when .whl/SOURCE says the wheel is stale).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
@@ -46,6 +47,10 @@ echo "== jobprof wheel (from the working tree)"
 # pip wheel builds in an isolated env (setuptools from the index) like `python -m build`
 "$PY" -m pip wheel -q --no-deps -w .whl .
 rm -rf build  # setuptools' staging folder (ignored, but no need to leave it)
+# what the wheel was built from: check.sh compares it with the tree it runs in (the same line)
+find core plugins schemas setup.py pyproject.toml -type f ! -path '*/__pycache__/*' -print0 \
+    | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16 >.whl/SOURCE
+echo "   sources $(cat .whl/SOURCE)"
 
 echo "== wheels the GPU machine lacks"
 # shellcheck disable=SC2046
