@@ -51,7 +51,8 @@ for i in range(3):
     opt.step()
 torch.cuda.synchronize()
 print("recorded", capture.recorded, "errors", capture.errors, "warnings", warnings)
-print("open", [(r["op"], kind, type(w).__name__, w.is_completed()) for r, w, kind, _ in capture._open.values()])
+pending = capture._open.values()
+print("open", [(r["op"], kind, type(w).__name__, w.is_completed()) for r, w, kind, _ in pending])
 try:
     took = capture.take(Iteration(1, start, time.monotonic_ns(), "explicit"))
     print("take", len(took))

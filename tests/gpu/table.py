@@ -129,8 +129,12 @@ def table(work: Path) -> str:
              else "-", ""]]
     if "install" in steps:
         rc, seconds = steps["install"]
-        rows.append(["install .whl/ (jobprof + missing deps)", "ok" if rc == 0 else "FAIL",
-                     "-" if rc == 0 else f"{how_it_ended(rc, seconds)}; {last_line(work, 'install')}",
+        log = work / "install.log"
+        lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+        stale = [x for x in lines if "STALE" in x]
+        figures = f"{how_it_ended(rc, seconds)}; {last_line(work, 'install')}" if rc else \
+            stale[0] if stale else "jobprof's wheel built from this tree's sources"
+        rows.append(["install .whl/ (jobprof + missing deps)", "ok" if rc == 0 else "FAIL", figures,
                      f"{seconds} s"])
     rows += pytest_rows(work, steps) + bench_rows(work, steps)
     lines = ["| check | result | figures | time |", "|---|---|---|---|"]
