@@ -29,7 +29,8 @@ PROGRAMS = Path(__file__).resolve().parent / "programs"
 REPO = Path(__file__).resolve().parents[2]
 
 #: the option sets of every row: the step tier, the operator tier at l0 and l1, one aic group
-STEP_TIER = {"training_trace": "on", "dp": "on", "msproftx": "on"}
+#: task_trace is on by default (msprof's default): the step tier turns it off
+STEP_TIER = {"training_trace": "on", "dp": "on", "msproftx": "on", "task_trace": "off"}
 OPTION_SETS: dict[str, dict[str, str]] = {
     "step": STEP_TIER,
     "l0": {**STEP_TIER, "task_trace": "l0"},
