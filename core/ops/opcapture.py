@@ -211,7 +211,7 @@ class OpCapture:
                     return
                 self._install_yield()
                 self._window_ns = time.monotonic_ns()
-                self._enable()
+                self._enable_first()
                 # blocks the program opened before the capture started (a loop-wide block)
                 # are recorded from here on, like the ones carried across a cut
                 self._started_ns = time.monotonic_ns()
@@ -323,6 +323,26 @@ class OpCapture:
             except Exception:
                 pass
             self._python_flag(False)
+
+    def _enable_first(self) -> None:
+        """Enable Kineto for the first window; if CUPTI metrics were asked for and Kineto
+        refuses them (no counter access, an unsupported GPU), capture without them: the
+        operators matter more than the metric columns that need them (N/A, said once)."""
+        try:
+            self._enable()
+        except Exception as exc:
+            if not (self.detail.cuda and self.detail.cupti_metrics):
+                raise
+            try:
+                self._autograd._disable_profiler()
+            except Exception:
+                pass
+            self._python_flag(False)
+            experimental, self.trace_only = torchapi.experimental_config([])
+            self._config = torchapi.profiler_config(self.detail.shapes, experimental)
+            self._enable()
+            self._warn(f"CUPTI metrics unavailable ({type(exc).__name__}: {exc}); operators are "
+                       "captured without them, the metric columns that need them are N/A")
 
     def _enable(self) -> None:
         self._autograd._prepare_profiler(self._config, self._activities)
