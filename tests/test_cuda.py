@@ -53,10 +53,14 @@ def test_kernels_are_the_tasks(gpu_run):
         rows = read_csv(device / "summary" / f"op_summary_0_{MODEL}_{i}.csv")
         kinds = {r["Task Type"] for r in rows}
         assert "CUDA" in kinds and "MEMCPY" in kinds, kinds
-        gemm = [r for r in rows if r["OP Type"] == "mm" and r["Input Shapes"] == "512,256;256,128"]
+        gemm = [r for r in rows if r["OP Type"] == "mm" and r["Input Shapes"] == "512,256;256,128"
+                and r["Task Type"] == "CUDA"]
         assert gemm, "the GEMM's kernel is attributed to aten::mm with its input shapes"
         assert all(r["Block Dim"] not in ("N/A", "") and int(r["Block Dim"]) > 0 for r in gemm)
-        assert int(gemm[0]["cube_fops"]) == 2 * 512 * 256 * 128
+        # cuBLAS may launch more than the GEMM under one mm: the FLOPs are on one kernel of it
+        [carrying] = [r for r in gemm if r["cube_fops"] != "N/A"]
+        assert int(carrying["cube_fops"]) == 2 * 512 * 256 * 128
+        assert not [r for r in rows if any(c in r["OP Type"] for c in "(),<> ")], "a signature fragment"
         streams = {r["Stream ID"] for r in rows if r["Task Type"] == "CUDA"}
         assert streams and all(s.isdigit() for s in streams)
 
