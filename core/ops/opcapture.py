@@ -167,8 +167,7 @@ class OpCapture:
         self._warn = warn
         self._autograd = torch.autograd
         self._ops = torch.ops.profiler
-        experimental, self.trace_only = torchapi.experimental_config(
-            list(detail.cupti_metrics) if detail.cuda else [])
+        experimental = torchapi.experimental_config(list(detail.cupti_metrics) if detail.cuda else [])
         self._config = torchapi.profiler_config(detail.shapes, experimental)
         self._activities = {ProfilerActivity.CPU}
         if detail.cuda:
@@ -338,8 +337,7 @@ class OpCapture:
             except Exception:
                 pass
             self._python_flag(False)
-            experimental, self.trace_only = torchapi.experimental_config([])
-            self._config = torchapi.profiler_config(self.detail.shapes, experimental)
+            self._config = torchapi.profiler_config(self.detail.shapes, torchapi.experimental_config([]))
             self._enable()
             self._warn(f"CUPTI metrics unavailable ({type(exc).__name__}: {exc}); operators are "
                        "captured without them, the metric columns that need them are N/A")

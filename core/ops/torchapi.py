@@ -25,18 +25,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def experimental_config(metrics: list[str]) -> tuple[Any, bool]:
-    """Kineto's experimental config for the capture, and whether ``trace_only`` was taken.
-
-    ``metrics``: CUPTI metrics to measure per kernel (CUDA; empty for none)."""
+def experimental_config(metrics: list[str]) -> Any:
+    """Kineto's experimental config for the capture.  ``metrics``: CUPTI metrics to measure per
+    kernel (CUDA; empty for none)."""
     from torch._C._profiler import _ExperimentalConfig
 
     if metrics:
-        return _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True), False
+        return _ExperimentalConfig(profiler_metrics=metrics, profiler_measure_per_kernel=True)
     try:  # no KinetoEvent list built at each disable (save() still works)
-        return _ExperimentalConfig(trace_only=True), True
+        return _ExperimentalConfig(trace_only=True)
     except TypeError:  # a torch without the option builds the list; nothing reads it
-        return _ExperimentalConfig(), False
+        return _ExperimentalConfig()
 
 
 def profiler_config(shapes: bool, experimental: Any) -> Any:
