@@ -16,6 +16,16 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under ``-n 2`` (``--dist loadgroup``, pyproject): each module's tests on one worker, so its
+    module-scoped fixture (most hold a real profiled job) runs once.  The compatibility matrix's
+    tests share no fixture and run minutes each: they spread one by one."""
+    for item in items:
+        if item.path.parent.name != "compat":
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without any jobprof/profiling variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items()

@@ -20,6 +20,8 @@ import pytest
 from conftest import Runner, jobprof_cli, read_csv
 from distributions import make_dist
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 pytest.importorskip("torch")
 
 MM_FLOPS = 2 * 256 * 64 * 128  # 256x128 @ 128x64

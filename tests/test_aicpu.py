@@ -11,6 +11,8 @@ import pytest
 
 from conftest import Runner, jobprof_cli, raw, read_csv
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 MODEL = 4294967295
 STEPS = 6
 HEADER = ("Device_id,Timestamp(us),Node,Compute_time(us),Memcpy_time(us),Task_time(us),"

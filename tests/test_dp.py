@@ -13,6 +13,8 @@ import pytest
 
 from conftest import Runner, check_timeline, raw, read_csv
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 MODEL = 4294967295
 # Stated tolerance: a measured fetch is at least the injected sleeps minus 1 ms and at most
 # the injected sleeps plus TOLERANCE_MS (sleep overshoot and Python around it on a noisy VM).

@@ -19,6 +19,8 @@ import pytest
 from conftest import Runner, check_timeline, free_port, jobprof_cli, raw, read_csv, stamp_ts, torchrun
 from jobprof.plugins.hccl.collectives import OPERATORS, bandwidths, chunks
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 MODEL = 4294967295
 STEPS = 4
 LATE_STEP, LATE_S = 3, 0.25

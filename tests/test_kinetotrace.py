@@ -13,6 +13,8 @@ import pytest
 
 from conftest import Runner, jobprof_cli, raw
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 torch = pytest.importorskip("torch")
 
 from jobprof.files import fsio, kinetotrace, rawstore  # noqa: E402

@@ -13,6 +13,8 @@ import pytest
 from conftest import Runner, jobprof_cli, raw, read_csv
 from jobprof.ops import perfcounters as pc
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 MODEL = 4294967295
 STEPS = 5
 MMS = 3  # per step

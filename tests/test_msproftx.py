@@ -27,6 +27,8 @@ from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder, clip
 from jobprof.plugins.msproftx.writer import HEADER
 from jobprof.runtime import _state
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 STEPS = 4
 MAIN_TRUNCATED = "é" * 200  # 400 UTF-8 bytes
 # A loop with markers on the main thread and on a worker thread that runs in lock-step with it

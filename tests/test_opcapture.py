@@ -11,6 +11,8 @@ import pytest
 from conftest import Runner, raw
 from jobprof.ops.opcapture import KIND, NAME, SHAPES, START
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 JOB = """
 import sys
 import torch

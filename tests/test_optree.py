@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 import opwindow  # noqa: E402
 from jobprof.ops import optree  # noqa: E402
 from jobprof.ops.opcapture import DUR, NAME, START  # noqa: E402

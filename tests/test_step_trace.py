@@ -14,6 +14,8 @@ import pytest
 from conftest import check_timeline, raw, read_csv
 from jobprof.plugins.training_trace.writer import step_trace_tid
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 # Injected durations (ms) and the stated tolerance: a measured phase is at least the injected
 # time minus 1 ms (clock granularity) and at most the injected time plus TOLERANCE_MS (sleep
 # overshoot, Python overhead and the real work around the sleeps, on a noisy 2-core VM).

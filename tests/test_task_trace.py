@@ -17,6 +17,8 @@ import pytest
 from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv, stamp_ts
 from jobprof.plugins.training_trace.writer import step_trace_tid
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 MODEL = 4294967295
 STEPS = 6
 ON = {"task_trace": "on", "training_trace": "on"}

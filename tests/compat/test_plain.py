@@ -10,6 +10,8 @@ import pytest
 
 from harness import check_all, facts, run_matrix
 
+pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
+
 #: (shape, argv n, iteration method jobprof must find)
 ROWS = [
     ("optimizer", 6, "optimizer_step"),
