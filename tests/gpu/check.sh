@@ -15,8 +15,14 @@
 # the benchmark runs a tiny model on the CPU (--device cpu --quick).
 set -uo pipefail  # no -e: a failed step is a row of the table, not the end of the check
 cd "$(dirname "$0")/../.." || exit 1
-DRY=0
-[ "${1:-}" = "--dry-run" ] && DRY=1
+DRY=0 RECORD=0
+for arg in "$@"; do
+    case $arg in
+        --dry-run) DRY=1 ;;
+        --record) RECORD=1 ;;  # also tests/gpu/record.py: CUDA profiles for tests here (~2 min, beside a+b)
+        *) echo "usage: check.sh [--dry-run] [--record]" >&2; exit 2 ;;
+    esac
+done
 PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpu-check}
 WORK=$(mktemp -d /tmp/gpu-check-work.XXXXXX)  # logs and result files, tarred at the end
@@ -97,6 +103,7 @@ step test_cuda 160 "${PYTEST[@]}" --junitxml="$WORK/test_cuda.xml" --basetemp="$
     tests/test_cuda.py &
 step compat 170 "${PYTEST[@]}" "${XDIST[@]}" --junitxml="$WORK/compat.xml" --basetemp="$WORK/tmp_compat" \
     tests/gpu/test_compat_cuda.py &
+[ "$RECORD" = 1 ] && step record 200 "$PY" tests/gpu/record.py "$OUT" &
 wait
 
 # c: alone, so nothing else shares the GPU or the cores while it times

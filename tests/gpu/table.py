@@ -137,6 +137,11 @@ def table(work: Path) -> str:
         rows.append(["install .whl/ (jobprof + missing deps)", "ok" if rc == 0 else "FAIL", figures,
                      f"{seconds} s"])
     rows += pytest_rows(work, steps) + bench_rows(work, steps)
+    if "record" in steps:  # check.sh --record
+        rc, seconds = steps["record"]
+        result = "ok" if rc == 0 else how_it_ended(rc, seconds)
+        rows.append(["tests/gpu/record.py (CUDA profiles for tests)", result, last_line(work, "record"),
+                     f"{seconds} s"])
     lines = ["| check | result | figures | time |", "|---|---|---|---|"]
     lines += ["| " + " | ".join(cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
