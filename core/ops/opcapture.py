@@ -249,7 +249,10 @@ class OpCapture:
         """Disable Kineto for good (session end; the unfinished window is dropped)."""
         with self._lock:
             self._shut()
-            self._windows.clear()
+            while self._windows:  # windows no iteration took (the capture failed): no file left behind
+                result = self._windows.popleft()[0]
+                if isinstance(result, Path):
+                    result.unlink(missing_ok=True)
 
     def _install_yield(self) -> None:
         """Give way when the program starts ``torch.profiler`` itself (say, for steps 10-20):
