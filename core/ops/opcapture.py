@@ -249,9 +249,10 @@ class OpCapture:
         """Disable Kineto for good (session end; the unfinished window is dropped)."""
         with self._lock:
             self._shut()
+            mine = os.getpid() == self._pid  # a forked child's copy names the parent's files
             while self._windows:  # windows no iteration took (the capture failed): no file left behind
                 result = self._windows.popleft()[0]
-                if isinstance(result, Path):
+                if mine and isinstance(result, Path):
                     result.unlink(missing_ok=True)
 
     def _install_yield(self) -> None:
