@@ -13,7 +13,7 @@ export``, ``jobprof summary`` -- from the file, with ``json`` in C.
 On disk: ``data/kineto/window.<n>.json.gz``, one per window (the span between two cuts, about
 one iteration).  The iteration's raw ``ops`` stream holds one reference per window it overlaps
 (:func:`reference`); :func:`resolve` turns those into the records of the operators that started
-inside the iteration, exactly as the in-memory path (``OpCapture.take``) cuts them.  A profile
+inside the iteration (device work: launched inside it).  A profile
 written before this change holds the records inline, and is read as it is.
 
 Fields: the Chrome trace has everything the operator tier records, on CPU and CUDA (name,
@@ -149,7 +149,7 @@ def _int(value: Any, default: int) -> int:
 def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[list[Any]]:
     """Kineto's Chrome trace of one window as ``ops`` records (monotonic ns), in start order.
 
-    The order is the in-memory path's: by start, ties in Kineto's own event order (``Ev Idx``).
+    The order: by start, ties in Kineto's own event order (``Ev Idx``).
     Timestamps are the trace's microseconds with three decimals, so within 1 ns of Kineto's.
 
     Every torch from 2.9 on writes the same fields (the per-event accessors differ between
@@ -255,9 +255,8 @@ class Windows:
     def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
         """The records of the operators that started in ``[start_ns, end_ns)`` (device work:
         that was launched then), from the windows ``refs`` names, in start order; fresh lists
-        (readers may change them).  As ``OpCapture.take`` cuts them:
-        a ``record_function`` block open across an iteration end was ended and reopened by the
-        cut, so its pieces already lie in their iterations.
+        (readers may change them).  A ``record_function`` block open across an iteration end
+        was ended and reopened by the cut, so its pieces already lie in their iterations.
         """
         taken: list[list[Any]] = []
         for ref in refs:

@@ -162,8 +162,9 @@ class Task:
 
     @property
     def extra(self) -> Any:
-        """Per-task data Kineto attached (CUDA: kernel metadata such as grid and counters)."""
-        return self.record[EXTRA]
+        """Device work's data Kineto attached (kernel args: grid, block, CUPTI counters); None
+        for a CPU task (an operator's ``extra`` holds its concrete inputs: :attr:`concrete`)."""
+        return self.record[EXTRA] if self.record[KIND] in DEVICE_KINDS else None
 
     def _cost(self) -> Any:
         if self._io is None:
