@@ -6,6 +6,8 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -123,9 +125,18 @@ def _ro_mount_works(tmp_path: Path) -> bool:
     return probe.returncode == 0
 
 
-def test_output_on_read_only_filesystem(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A fresh folder with a short path: the message below quotes the output value whole only up
+    to 80 characters, and tmp_path grows by ``popen-gwN/`` under ``pytest -n``."""
+    path = Path(tempfile.mkdtemp(prefix="jobprof-ro-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_output_on_read_only_filesystem(short_tmp: Path) -> None:
     """A read-only bind mount, private to one child (``unshare -m``): nothing leaks out."""
-    target = tmp_path / "ro"
+    target = short_tmp / "ro"
     target.mkdir()
     if not _ro_mount_works(target):
         pytest.skip("cannot make a read-only bind mount here (needs unshare -m and mount)")

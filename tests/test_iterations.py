@@ -10,8 +10,6 @@ import pytest
 from conftest import raw
 from jobprof.analysis.profile import Profile
 
-pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
-
 LOOPS = __import__("pathlib").Path(__file__).with_name("loops.py")
 
 
