@@ -38,7 +38,8 @@ Masking rules (everything else is kept verbatim):
    found different between runs of the same job: hccl's ``end from`` / raw ``end_from``
    (``completion`` vs ``backward end``: did DDP's bucket finish before backward ended) and
    ``group ranks`` / raw ``ranks`` (``[0, 1]`` in some runs, ``N/A`` in others: the lazy
-   ``_global_ranks`` lookup; looks like a jobprof bug).
+   ``_global_ranks`` lookup; looks like a jobprof bug): the whole value becomes ``"<masked>"``,
+   whatever its type (a list's length would tell the two outcomes apart).
 4. Timelines (Chrome trace JSON): ``ts`` and ``dur`` are masked by rule 2; ``pid`` and ``tid``
    (and flow ``id``) are kept as ordinals in first-seen order within the file (``pid#0``,
    ``tid#2``): which events share a track stays checked, the OS pid / thread id numbers do not.
@@ -123,7 +124,9 @@ class _Ctx:
             return _numbers_masked(value)
         if key == "version" and isinstance(value, str):
             return value
-        if key is not None and (_VOLATILE_KEY.match(key) or _RACE_KEY.match(key)):
+        if key is not None and _RACE_KEY.match(key):
+            return MASK  # whole: the race shows in the type too ([0, 1] or "N/A")
+        if key is not None and _VOLATILE_KEY.match(key):
             if isinstance(value, dict):
                 return {k: MASK for k in value}
             if isinstance(value, list):
