@@ -24,6 +24,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.parent.name != "compat":
             item.add_marker(pytest.mark.xdist_group(item.path.stem))
+    # the matrix's rows first (``--no-loadscope-reorder`` keeps this order): the longest tests
+    # (up to 5 minutes each) start while the modules fill the other worker, not as a lone tail
+    items.sort(key=lambda item: item.path.parent.name != "compat")
 
 
 def clean_env(**extra: str) -> dict[str, str]:
