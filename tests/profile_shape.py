@@ -56,11 +56,15 @@ Masking rules (everything else is kept verbatim):
    distinct record shapes (dict keys, list lengths, value types), no values.
 7. ``data/facts.<id>.json`` (a cache of the analysis commands, added after the goldens were
    made): its keys, the plugins asked and those that answered, and its row count; no values.
+8. ``data/kineto/window.<n>.json.gz`` (Kineto's own Chrome trace of one capture window, gzip;
+   the operator tier reads operators only from these since issue 28): its top-level keys and
+   whether it holds events; the events are Kineto's (thread ids, timings, Python ids), not ours.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import re
@@ -261,7 +265,15 @@ def _facts(path: Path) -> dict:
             "rows": len(facts.get("rows") or ())}
 
 
+def _kineto_window(path: Path) -> dict:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        trace = json.load(f)
+    return {"kind": "kineto window", "keys": sorted(trace), "has_events": bool(trace.get("traceEvents"))}
+
+
 def _file(path: Path, ctx: _Ctx) -> dict:
+    if path.parent.name == "kineto" and path.parent.parent.name == "data" and path.name.endswith(".json.gz"):
+        return _kineto_window(path)
     if path.parent.name == "data" and path.suffix == ".jsonl":
         return _raw(path)
     if path.parent.name == "data" and path.name.startswith("facts."):

@@ -30,6 +30,10 @@ is still the old version's):
 - each device's ``data/facts.<id>.json`` (the rank reduced for ``summary`` / ``report``, written
   at exit), described by rule 7 of tests/profile_shape.py: its keys and which plugins were asked
   and answered.
+- issue 28 (one operator path on every torch): info.json's ``disabled`` (what stopped working
+  mid-run: ``[]`` here); in the mlp case the raw ``ops`` stream holds references to Kineto's own
+  window files (``data/kineto/window.<n>.json.gz``, rule 8) instead of inline records (before,
+  aic_metrics' FLOP cross-check forced the in-memory path).  Every CSV and timeline is unchanged.
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of
