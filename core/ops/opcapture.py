@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 
 # the record layout is the core's declaration (jobprof.plugin.types, "core streams")
-from jobprof.ops import torchapi
+from jobprof.ops import atfork, torchapi
 from jobprof.plugin.types import (  # noqa: F401  (re-exported: plugins import them from here)
     CONCRETE,
     CORR,
@@ -173,6 +173,9 @@ class OpCapture:
         if detail.cuda:
             self._activities.add(ProfilerActivity.CUDA)
         self.state = "idle"  # idle -> capturing -> stopped
+        #: Kineto was set up in this process (its config thread runs): a forked child must not
+        #: run the C++ exit handlers (:mod:`jobprof.ops.atfork`)
+        self.kineto_started = False
         self.error = ""
         self._lock = threading.Lock()
         self._restore_yield: Callable[[], None] | None = None
@@ -210,6 +213,7 @@ class OpCapture:
                     return
                 self._install_yield()
                 self._window_ns = time.monotonic_ns()
+                self.kineto_started = True
                 self._enable_first()
                 # blocks the program opened before the capture started (a loop-wide block)
                 # are recorded from here on, like the ones carried across a cut
@@ -318,7 +322,11 @@ class OpCapture:
 
     def forked_child(self) -> None:
         """In a forked child (a DataLoader worker): stop recording there, or the child's copy
-        of the session would grow for as long as it lives.  Nothing is read or written."""
+        of the session would grow for as long as it lives; and let it exit (Kineto's exit-time
+        destructor hangs in a forked child: :mod:`jobprof.ops.atfork`).  Nothing is read or
+        written."""
+        if self.kineto_started:
+            atfork.exit_without_static_destructors()
         if self.state == "capturing":
             self.state = "stopped"
             try:
