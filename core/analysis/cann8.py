@@ -35,7 +35,7 @@ from typing import IO, Any
 import attrs
 
 from jobprof.analysis.merge import Rewriter, TraceWriter, load_events, read_sources
-from jobprof.files import fsio
+from jobprof.files import csvsafe, fsio
 from jobprof.files.profdir import DEVICE_RE, device_dirs, iteration_files
 
 FOLDER = "mindstudio_profiler_output"
@@ -195,8 +195,15 @@ def _lines(path: Path) -> tuple[list[str], list[tuple[list[str], str]]]:
         lines = rows_text
     if not rows:
         return [], []
-    return rows[0], [(cells, line if line.endswith("\n") else line + "\n")
-                     for cells, line in zip(rows[1:], lines[1:], strict=True)]
+    kept = []
+    for cells, line in zip(rows[1:], lines[1:], strict=True):
+        safe = csvsafe.safe_row(cells)  # a profile written before cells were neutralised
+        if safe is not None:
+            cells, buffer = safe, io.StringIO()
+            csv.writer(buffer, lineterminator="\n").writerow(safe)
+            line = buffer.getvalue()
+        kept.append((cells, line if line.endswith("\n") else line + "\n"))
+    return rows[0], kept
 
 
 def _keys(header: list[str]) -> list[tuple[str, int]]:

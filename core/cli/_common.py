@@ -9,6 +9,7 @@ from typing import Any
 
 from jobprof.analysis.selection import Selection
 from jobprof.cli.progress import progress
+from jobprof.files import rawstore
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
@@ -62,3 +63,10 @@ def selection(args: argparse.Namespace, iterations: str | None = None) -> Select
     """The selection the arguments ask for (ValueError names a bad ``--iterations``)."""
     ranks = None if args.rank is None else [r for group in args.rank for r in group]
     return Selection(args.iterations if iterations is None else iterations, ranks)
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped, newlines kept: names and contents of a profile
+    someone else wrote (a ``record_function`` name, a file name) must not act on the terminal
+    (clear it, set its title, hide lines)."""
+    return "\n".join(rawstore.escaped(line) for line in text.split("\n"))

@@ -18,7 +18,7 @@ from tabulate import tabulate
 
 from jobprof.analysis import breakdown, diff
 from jobprof.analysis.selection import narrowed
-from jobprof.cli._common import add_engine, add_selection, new_manager, progress_for, selection
+from jobprof.cli._common import add_engine, add_selection, new_manager, printable, progress_for, selection
 from jobprof.plugin.types import DiffTable
 
 #: operator / collective rows shown on a terminal without --top
@@ -133,10 +133,10 @@ def run(args: argparse.Namespace) -> int:
         model = diff.compare(a, b, per_rank=args.per_rank)
         specs = diff.tables(a, b)
     except (diff.DiffError, FileNotFoundError, NotADirectoryError) as exc:  # nothing usable to compare
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 1
     except ValueError as exc:  # a bad --iterations / --rank
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
     if args.json:
         if args.top is not None:
@@ -145,5 +145,5 @@ def run(args: argparse.Namespace) -> int:
                     model[spec.key] = model[spec.key][:args.top]
         print(json.dumps(model, indent=2))
     else:
-        print(render(model, specs, args.top))
+        print(printable(render(model, specs, args.top)))
     return 0

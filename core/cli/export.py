@@ -10,7 +10,7 @@ from jobprof.analysis import cann8, facts
 from jobprof.analysis.merge import MergeError
 from jobprof.analysis.profile import find_prof_dir
 from jobprof.analysis.selection import ranges
-from jobprof.cli._common import add_prof_dir, new_manager
+from jobprof.cli._common import add_prof_dir, new_manager, printable
 from jobprof.cli.progress import bar
 from jobprof.files import export, profdir, rawstore
 
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     manager.load_entry_points()
     devices = profdir.device_dirs(prof)
     if not devices:
-        print(f"jobprof: error: {prof} has no device_<id> folders", file=sys.stderr)
+        print(printable(f"jobprof: error: {prof} has no device_<id> folders"), file=sys.stderr)
         return 1
     status = 0
     unusable = exported = 0
@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
               + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
         exported += result.iterations
         for note, iterations in result.notes.items():
-            print(f"  note: {note}: iteration(s) {', '.join(ranges(iterations))}")
+            print(printable(f"  note: {note}: iteration(s) {', '.join(ranges(iterations))}"))
         for problem in result.problems:
-            print(f"  problem: {problem}", file=sys.stderr)
+            print(printable(f"  problem: {problem}"), file=sys.stderr)
         # a device whose metadata cannot be read (named above) costs only itself, unless all do;
         # any other problem (a writer failed, a folder refused) fails the command
         unreadable = bool(result.problems) and all("unreadable metadata" in p for p in result.problems)
@@ -63,11 +63,11 @@ def run(args: argparse.Namespace) -> int:
             with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:
                 assembled = cann8.assemble(prof, advance=shown.update)
         except MergeError as exc:  # an unreadable timeline: named, the per-device files stay
-            print(f"jobprof: error: {cann8.FOLDER} not written: {exc}", file=sys.stderr)
+            print(printable(f"jobprof: error: {cann8.FOLDER} not written: {exc}"), file=sys.stderr)
             return 1
-        print("\n".join(cann8.describe(assembled)))
+        print(printable("\n".join(cann8.describe(assembled))))
         for note in assembled.problems:
-            print(f"  note: {note}", file=sys.stderr)
+            print(printable(f"  note: {note}"), file=sys.stderr)
     return status
 
 

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from jobprof.analysis.profile import find_prof_dir
+from jobprof.cli._common import printable
 from jobprof.files import fsio, profdir
 from jobprof.files.profdir import iteration_files
 from jobprof.plugin.types import STEP_MODE_MODEL_ID
@@ -93,13 +94,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         profs = [find_prof_dir(p) for p in args.prof_dirs]
     except (OSError, ValueError) as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 1
     output = args.output or profs[0] / "kineto"
     try:
         found = gather(profs, output, set(args.iteration) if args.iteration else None)
     except (OSError, ValueError) as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 1
     if not found:
         print(f"jobprof: error: no kineto_*.json files under {', '.join(map(str, profs))} "

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from jobprof import __version__
 from jobprof.cli import check, diff, export, kineto, merge, plugins, report, summary
+from jobprof.cli._common import printable
 from jobprof.files import rawstore
 from jobprof.plugin.reporter import Reporter
 
@@ -17,12 +18,6 @@ COMMANDS = (check, plugins, export, summary, report, diff, merge, kineto)
 
 #: the arguments that name what a command reads, for the safety net's message
 _INPUTS = ("prof_dir", "prof_dirs", "prof_a", "prof_b")
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped: file names and contents of a profile someone
-    else wrote must not act on the terminal."""
-    return "\n".join(rawstore.escaped(line) for line in text.split("\n"))
 
 
 def _inputs(args: argparse.Namespace) -> str:

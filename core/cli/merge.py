@@ -9,7 +9,7 @@ from typing import Any
 
 from jobprof.analysis.merge import ALIGNS, FORMATS, JSON_EVENTS_MAX, MergeError, merge
 from jobprof.analysis.profile import find_prof_dir
-from jobprof.cli._common import add_prof_dir, add_selection, selection
+from jobprof.cli._common import add_prof_dir, add_selection, printable, selection
 from jobprof.cli.progress import progress
 from jobprof.files import fsio
 
@@ -39,13 +39,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         chosen = selection(args)
     except ValueError as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
     try:  # before the work: a link, FIFO, device or folder at -o is refused, never replaced
         if args.output is not None:
             fsio.check_output(args.output, parents=True)  # merge makes a missing folder
     except fsio.CannotWrite as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
     iterations, ranks = chosen.iterations, sorted(chosen.ranks) if chosen.ranks is not None else None
     try:
@@ -53,10 +53,10 @@ def run(args: argparse.Namespace) -> int:
                        progress=lambda todo, n: progress(todo, total=n, desc="merge", unit="file"),
                        fmt=args.format)
     except (MergeError, fsio.CannotWrite) as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, fsio.UnsafePath) else 1
     for note in result.notes:
-        print(f"jobprof: {note}", file=sys.stderr)
+        print(printable(f"jobprof: {note}"), file=sys.stderr)
     per_rank = _per_rank(result.ranks)
     kind = "native Perfetto trace" if result.format == "perfetto" else "Chrome-trace JSON"
     print(f"{result.path}: {kind} ({result.format_reason}); {result.files} file(s), aligned by "

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from jobprof.analysis.report import render
-from jobprof.cli._common import add_engine, add_prof_dir, add_selection
+from jobprof.cli._common import add_engine, add_prof_dir, add_selection, printable
 from jobprof.cli.summary import load, usable
 from jobprof.files import fsio
 
@@ -35,22 +35,22 @@ def run(args: argparse.Namespace) -> int:
         fsio.check_output(out)
     except fsio.CannotWrite as exc:
         hint = "; give the HTML file's path with -o" if out.is_dir() and not out.is_symlink() else ""
-        print(f"jobprof: error: {exc}{hint}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}{hint}"), file=sys.stderr)
         return 2
     try:
         _, model = load(args)
     except ValueError as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
     try:
         with fsio.StreamedFile(out, output=True) as page:
             page.handle.write(render(model))
             page.finish()
     except fsio.CannotWrite as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
     if str(out) != fsio.STDOUT:
-        print(out.resolve())
+        print(printable(str(out.resolve())))
     if not usable(model):
         print(f"jobprof: no rank had data in {model['prof_dir']}: the report shows only what is missing",
               file=sys.stderr)

@@ -18,7 +18,15 @@ from jobprof.analysis.profile import Profile
 from jobprof.analysis.report.fmt import MS, PCT, text
 from jobprof.analysis.selection import narrowed
 from jobprof.analysis.summary import summarize
-from jobprof.cli._common import add_engine, add_prof_dir, add_selection, new_manager, progress_for, selection
+from jobprof.cli._common import (
+    add_engine,
+    add_prof_dir,
+    add_selection,
+    new_manager,
+    printable,
+    progress_for,
+    selection,
+)
 
 STATS = ("mean", "median", "p95", "worst")
 #: ``--json`` is indented up to this many ranks, one line above
@@ -120,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _, model = load(args)
     except ValueError as exc:
-        print(f"jobprof: error: {exc}", file=sys.stderr)
+        print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
     if args.json:
         # above 16 ranks one line: the model grows with ranks x iterations, and the indented
@@ -128,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
         indent = None if len(model["ranks"]) > RANKS_INDENTED else 2
         print(json.dumps(model, indent=indent, default=str))
     else:
-        print(render(model))
+        print(printable(render(model)))
     return 0 if usable(model) else 1
 
 

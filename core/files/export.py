@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.files import rawstore, timeline
+from jobprof.files import csvsafe, rawstore, timeline
 from jobprof.files.fsio import atomic_write, make_dirs
 from jobprof.files.profdir import DEVICE_RE, device_dirs  # noqa: F401  (device_dirs: the old home)
 from jobprof.plugin.clock import ClockAnchor, own_base
@@ -78,6 +78,8 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
                 on_error(plugin, f"writer '{spec.name}' returned {type(model).__name__} -> "
                                  f"{type(body).__name__}, not model id -> text")
                 continue
+            if spec.extension == "csv":  # names the job chose, opened in a spreadsheet
+                body = csvsafe.neutralised(body)
             path = device_dir / spec.folder / spec.filename(meta.device_id, model, iteration.index)
             # root: the PROF_ folder; a symlinked device/summary/timeline folder is refused
             written.append((path, atomic_write(path, body, root=device_dir.parent)))
