@@ -393,3 +393,47 @@ def test_processes_making_one_folder_together_never_fail(tmp_path: Path) -> None
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(errors)
     assert len(list(tmp_path.glob("job*/prof/PROF_x"))) == 300
+
+
+#: files of a profile replaced by a FIFO: metadata, the facts cache, a raw segment, a Kineto
+#: window, a per-iteration CSV and timeline (issue 29, item 4: each made every command block)
+FIFO_FILES = ["device_0/info.json.0", "device_0/data/facts.0.json", "device_0/data/raw.000000001.jsonl",
+              "device_0/data/kineto/window.00000001.json.gz",
+              "device_0/summary/op_summary_0_4294967295_1.csv",
+              "device_0/timeline/kineto_0_4294967295_1.json"]
+#: the files an export renders again
+RENDERED = ("device_0/summary/", "device_0/timeline/", "device_0/data/facts.")
+#: the exports last: they render the per-iteration files again (a FIFO there is replaced by the
+#: file rendered from the raw data, never opened)
+FIFO_COMMANDS = [["summary"], ["report", "-o", "-"], ["merge", "-o", "-"], ["kineto"], ["diff"],
+                 ["export", "--layout", "cann8"], ["export"]]
+
+
+@pytest.mark.parametrize("name", FIFO_FILES)
+def test_a_fifo_in_a_profile_is_named_and_skipped_by_every_command(profile: Path, tmp_path: Path,
+                                                                   name: str) -> None:
+    prof = copy_of(profile, tmp_path)
+    fifo = prof / name
+    assert fifo.is_file(), sorted(str(p.relative_to(prof)) for p in prof.rglob("*"))
+    fifo.unlink()
+    os.mkfifo(fifo)
+    # a command that opened the FIFO would block (no writer): jobprof_cli gives each 120 s
+    named, replaced = [], False
+    for command in FIFO_COMMANDS:
+        args = [str(prof)] if command[0] == "diff" else command[1:]  # diff: the profile with itself
+        proc = jobprof_cli(command[0], str(prof), *args)
+        no_traceback(proc)
+        # never written through; `export` may put its own regenerated file in its place
+        replaced = replaced or (command[0] == "export" and not stat.S_ISFIFO(fifo.lstat().st_mode))
+        if replaced:
+            break
+        assert stat.S_ISFIFO(fifo.lstat().st_mode), command
+        if fifo.name in proc.stderr:
+            assert "named pipe (FIFO), not a regular file" in proc.stderr, (command, proc.stderr)
+            named.append(command[0])
+        else:  # a command that does not read this file works as before
+            assert proc.returncode == 0, (command, proc.stderr)
+    # read before it was rendered again: named; a file no command reads (a CSV the facts file
+    # already summarised) is at least never opened
+    assert named or replaced, f"no command named {name}"
+    assert not replaced or name.startswith(RENDERED), name

@@ -183,7 +183,7 @@ class _Sliced:
 
 def _lines(path: Path) -> tuple[list[str], list[tuple[list[str], str]]]:
     """A CSV file's header and its rows, each as (cells, the line's own text)."""
-    text = path.read_text(encoding="utf-8")
+    text = fsio.read_text(path)
     lines = text.splitlines(keepends=True)
     rows = list(csv.reader(lines))
     if len(rows) != len(lines):  # a quoted cell spans lines: write the rows back from cells
@@ -224,7 +224,7 @@ def _headers(devices: dict[int, list[Path]]) -> list[str]:
     union: dict[tuple[str, int], None] = {}
     for paths in devices.values():
         for path in paths:
-            with open(path, newline="", encoding="utf-8") as handle:
+            with fsio.open_read(path, "r", newline="", encoding="utf-8") as handle:
                 union.update(dict.fromkeys(_keys(next(csv.reader(handle), []))))
     return [name for name, _ in union]
 

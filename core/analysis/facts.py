@@ -202,7 +202,7 @@ def file_text(key: list[Any], facts: Facts) -> str:
 
 def _halves(file: Path, tail: bool = True) -> tuple[bytes, bytes]:
     """The facts file's two lines; without ``tail`` the second is not even read."""
-    with open(file, "rb") as handle:
+    with fsio.open_read(file) as handle:
         return handle.readline().rstrip(b"\n"), handle.read() if tail else b""
 
 
@@ -237,6 +237,9 @@ def read_cached(profile: Profile, device: int, keys: list[str], tables: bool = F
         facts: Facts = kept["facts"]
         if tables:
             facts["diff_tables"] = _tables(tail)
+    except fsio.NotRegular as exc:  # a FIFO would block: named, the facts are computed instead
+        rawstore.problem(f"{exc}: the facts are computed from the raw data")
+        return None
     except (OSError, ValueError, KeyError, TypeError):  # unreadable, not JSON, not the shape written
         return None
     return facts

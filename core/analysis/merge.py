@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 
 from jobprof.analysis.selection import ranges, window
-from jobprof.files import jsonread, rawstore
+from jobprof.files import fsio, jsonread, rawstore
 from jobprof.files.fsio import STDOUT, StreamedFile, make_dirs
 from jobprof.files.profdir import DEVICE_RE, IterationFile, device_dirs, info_rank, iteration_files
 from jobprof.files.timeline import PID_BASE
@@ -241,7 +241,7 @@ def load_events(path: Path) -> list[dict[str, Any]]:
     shaped as a Chrome-trace event (not an object, a ``ts`` that is not a number, ...) are left
     out and reported once for the file (jobprof.files.rawstore.problem).  MergeError: no events at all."""
     try:
-        data = jsonread.loads(path.read_bytes())
+        data = jsonread.loads(fsio.read_bytes(path))
     except (ValueError, RecursionError) as exc:
         raise MergeError(f"{path}: not valid JSON ({str(exc)[:80]}); re-render it with `jobprof export`") \
             from None
@@ -353,7 +353,7 @@ def named_format(out: Path | None) -> str | None:
 
 def count_events(paths: Iterable[Path]) -> int:
     """Events in the input files, counted without parsing (one ``"ph"`` key per event)."""
-    return sum(path.read_bytes().count(b'"ph"') for path in paths)
+    return sum(fsio.read_bytes(path).count(b'"ph"') for path in paths)
 
 
 def choose_format(fmt: str, out: Path | None, paths: Sequence[Path]) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from jobprof.analysis.profile import find_prof_dir
 from jobprof.analysis.selection import ranges
 from jobprof.cli._common import add_prof_dir, new_manager, printable
 from jobprof.cli.progress import bar
-from jobprof.files import export, profdir, rawstore
+from jobprof.files import export, fsio, profdir, rawstore
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +77,7 @@ def _stored_iterations(device_dir: Path) -> int | None:
     lines = 0
     try:
         for segment in rawstore.segments(device_dir):
-            with open(segment, "rb") as handle:
+            with fsio.open_read(segment) as handle:
                 while block := handle.read(1 << 20):
                     lines += block.count(b"\n")
     except OSError:

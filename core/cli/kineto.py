@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def rank_of(path: Path) -> int | None:
     """The file's distributedInfo rank, or None (a job that was not distributed)."""
-    with open(path, encoding="utf-8", errors="replace") as handle:
+    with fsio.open_read(path, "r", encoding="utf-8", errors="replace") as handle:
         found = RANK_RE.search(handle.read(HEAD_BYTES))
     return int(found.group(1)) if found else None
 
@@ -73,7 +73,7 @@ def gather(prof_dirs: list[Path], output: Path,
         # through no symlink at or below the output folder, each copy atomic (fsio)
         fsio.make_dirs(target, root=output)
         for rank, path in ranks.items():
-            with open(path, "rb") as src, fsio.StreamedFile(target / f"rank_{rank}.pt.trace.json",
+            with fsio.open_read(path) as src, fsio.StreamedFile(target / f"rank_{rank}.pt.trace.json",
                                                             binary=True, root=output) as out:
                 shutil.copyfileobj(src, out.handle)
                 out.finish()

@@ -71,6 +71,46 @@ def describe(mode: int) -> str:
     return "not a regular file"
 
 
+class NotRegular(OSError):
+    """A file of a profile that is not a regular file (a FIFO, a device, a socket): never read,
+    since a FIFO with no writer blocks its reader forever.  The message names it."""
+
+    def __init__(self, path: Path | str, what: str) -> None:
+        super().__init__(errno.EINVAL, f"{what}, not a regular file", str(path))
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.strerror}"
+
+
+def open_read(path: Path | str, mode: str = "rb", **kwargs: Any) -> IO[Any]:
+    """Open a file of a profile for reading, only if it is a regular file (a symbolic link to
+    one included; the link rule is the writers'): the file is opened without blocking, its type
+    checked on the open descriptor (no race with a rename), then read as usual.  Anything else
+    raises :class:`NotRegular`.  ``mode`` and ``kwargs`` as for :func:`open` (read modes)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st_mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(st_mode):
+            raise NotRegular(path, describe(st_mode))
+        os.set_blocking(fd, True)
+        return open(fd, mode, **kwargs)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: Path | str) -> bytes:
+    """A profile file's bytes (:func:`open_read`'s rule: regular files only)."""
+    with open_read(path) as handle:
+        return handle.read()
+
+
+def read_text(path: Path | str, encoding: str = "utf-8", errors: str = "strict") -> str:
+    """A profile file's text (:func:`open_read`'s rule: regular files only)."""
+    with open_read(path, "r", encoding=encoding, errors=errors) as handle:
+        return handle.read()
+
+
 def _lmode(name: str | Path, dir_fd: int | None = None) -> int | None:
     try:
         return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode

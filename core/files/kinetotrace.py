@@ -243,7 +243,7 @@ class Windows:
         if window is None:
             if "/" in name or name.startswith(".") or not name.endswith(".json.gz"):
                 raise ValueError(f"window file name {name!r} is not one jobprof writes")
-            trace = jsonread.loads(gzip.decompress((self.data_dir / FOLDER / name).read_bytes()))
+            trace = jsonread.loads(gzip.decompress(fsio.read_bytes(self.data_dir / FOLDER / name)))
             if not isinstance(trace, dict):
                 raise ValueError(f"{name} is not a Chrome trace object")
             window = _Window(records_of(trace, offset_ns, shapes))

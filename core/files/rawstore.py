@@ -141,7 +141,16 @@ def segments(device_dir: Path) -> list[Path]:
     data = device_dir / "data"
     if not data.is_dir():
         return []
-    return sorted(p for p in data.iterdir() if _SEGMENT_RE.match(p.name) and p.is_file())
+    found = []
+    for p in sorted(data.iterdir()):
+        if not _SEGMENT_RE.match(p.name):
+            continue
+        if p.is_file():
+            found.append(p)
+        elif not p.is_dir():  # a FIFO would block its reader forever: named, never opened
+            what = fsio.describe(p.lstat().st_mode)
+            problem(f"{p}: {what}, not a regular file: its iterations are left out")
+    return found
 
 
 # --- reading: the one layer every command reads raw data and metadata through ----------------
@@ -331,8 +340,9 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
         streams[OPS_STREAM] = windows.resolve(refs, iteration["start_ns"], iteration["end_ns"])
     except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:  # gzip, json, a bad file
         del streams[OPS_STREAM]
-        text = (f"operator window unreadable ({type(exc).__name__}: {str(exc)[:80]}): its operators "
-                "are left out")
+        detail = f"{Path(exc.filename).name}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename \
+            else str(exc)[:80]
+        text = f"operator window unreadable ({type(exc).__name__}: {detail}): its operators are left out"
         if problems is not None:
             problems.add(where, text)
         else:
@@ -351,7 +361,7 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
     for segment in segments(device_dir):
         bad, trimmed = _FileProblems(segment), _FileProblems(segment)
         try:
-            handle = open(segment, "rb")  # noqa: SIM115 (closed by the with below; the open may fail alone)
+            handle = fsio.open_read(segment)  # closed by the with below; the open may fail alone
         except OSError as exc:
             problem(f"{segment}: cannot read ({exc.strerror or exc}): its iterations are left out")
             continue
@@ -383,7 +393,7 @@ def read_object(path: Path, fields: Mapping[str, tuple[tuple[type, ...], bool]] 
     left out; None, reported, when the file is unreadable, not JSON, not an object or lacks a
     required field; None, silently, when it does not exist (the caller decides what that means)."""
     try:
-        data = _load_line(path.read_bytes())
+        data = _load_line(fsio.read_bytes(path))
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -466,7 +476,7 @@ def indices(device_dir: Path) -> set[int]:
     found = set()
     for segment in segments(device_dir):
         try:
-            with open(segment, "rb") as handle:
+            with fsio.open_read(segment) as handle:
                 for line in handle:
                     m = _INDEX_RE.match(line)
                     if m and line.endswith(b"}\n"):
@@ -480,7 +490,7 @@ def read_at(where: Written, windows: kinetotrace.Windows | None = None) -> dict[
     """One iteration's streams, from the position :meth:`RawWriter.append` returned;
     ``windows``: the caller's reader of operator windows (kept across calls: consecutive
     iterations share windows)."""
-    with open(where.segment, "rb") as handle:
+    with fsio.open_read(where.segment) as handle:
         handle.seek(where.offset)
         parsed = _parse(handle.read(where.length))
     if parsed is None:

@@ -15,6 +15,7 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
+from jobprof.files import fsio
 from jobprof.plugin.types import NA, CompileCountersRecord, CompiledGraphRecord, Finding, Section
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ def _task_times(profile: Profile, device: int, ids: set[int]) -> tuple[
     for path in files:
         per: dict[tuple[int, str], float] = defaultdict(float)
         try:
-            with open(path, newline="") as handle:
+            with fsio.open_read(path, "r", newline="") as handle:
                 for row in csv.DictReader(handle):
                     try:
                         model = int(row["Model ID"])

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobprof.files import rawstore
+from jobprof.files import fsio, rawstore
 from jobprof.plugin.types import DiffCount, DiffTable
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _op_statistic(path: Path) -> dict[tuple[str, str], tuple[int, float]]:
     """One op_statistic file's (OP Type, Core Type) -> (calls, total µs); ValueError names what is
     wrong with a file that is not one."""
     found: dict[tuple[str, str], tuple[int, float]] = {}
-    with open(path, newline="", encoding="utf-8") as handle:
+    with fsio.open_read(path, "r", newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
         missing = {"OP Type", "Core Type", "Count", "Total Time(us)"} - set(reader.fieldnames or ())
         if missing:

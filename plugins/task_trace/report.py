@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobprof.analysis.breakdown import COMPUTE
-from jobprof.files import rawstore
+from jobprof.files import fsio, rawstore
 from jobprof.ops import optree
 from jobprof.ops.opcapture import DEVICE_KINDS, DUR, KIND, NAME, START, TID
 from jobprof.ops.opcapture import STREAM as OPS_STREAM
@@ -39,7 +39,7 @@ def _groups(paths: list[Path]) -> tuple[dict[tuple[str, str], list[float]], int]
     files = 0
     for path in paths:
         try:
-            with open(path, newline="", encoding="utf-8") as handle:
+            with fsio.open_read(path, "r", newline="", encoding="utf-8") as handle:
                 rows = list(csv.DictReader(handle))
         except (OSError, ValueError, csv.Error) as exc:  # unreadable, not UTF-8: the others count
             rawstore.problem(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}: left out")
