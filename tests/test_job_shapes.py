@@ -1,12 +1,13 @@
-"""Job shapes the profiled program must survive exactly as it does unprofiled: processes it
-forks itself (issue 29).  Each test runs the same job profiled and unprofiled and compares what
-a user sees: exit codes, output, the parent's view of its children."""
+"""Job shapes the profiled program must survive as it does unprofiled, and that jobprof's
+commands must read: processes the job forks or spawns itself (issue 29)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from conftest import Runner
+from conftest import Runner, jobprof_cli
 
 pytestmark = pytest.mark.torch_versions
 
@@ -61,3 +62,37 @@ def test_a_forked_child_that_exits_ends_as_it_does_unprofiled(runner: Runner) ->
     # the parent's profile is whole: its five iterations, none of the children's
     steps = list(runner.device_dir().glob("summary/step_trace_0_*.csv"))
     assert len(steps) >= 4, sorted(p.name for p in steps)
+
+
+# A parent that trains, then spawns two torch processes that train on their own (no process
+# group): three processes profiled, with different iteration counts.
+SPAWNING_JOB = """
+import torch
+import torch.multiprocessing as mp
+
+def train(steps):
+    model = torch.nn.Linear(8, 8)
+    for _ in range(steps):
+        model(torch.randn(4, 8)).sum().backward()
+
+def child(index):
+    train(3)
+
+if __name__ == "__main__":
+    train(2)
+    mp.spawn(child, nprocs=2)
+    print("done")
+"""
+
+
+def test_summary_and_report_of_a_parent_with_spawned_children(runner: Runner, tmp_path: Path) -> None:
+    runner.run(SPAWNING_JOB, {"training_trace": "on", "task_trace": "on"}, timeout=180)
+    [prof] = runner.prof_dirs()
+    counts = sorted(len(list(d.glob("summary/step_trace_*.csv"))) for d in prof.glob("device_*"))
+    assert counts == [2, 3, 3], counts
+    summary = jobprof_cli("summary", str(runner.out))
+    # before: "internal error ... KeyError: '0'" from the straggler finding
+    assert summary.returncode == 0 and "internal error" not in summary.stderr, summary.stderr
+    assert "Findings" in summary.stdout or "Ranks" in summary.stdout, summary.stdout
+    report = jobprof_cli("report", str(runner.out), "-o", str(tmp_path / "r.html"))
+    assert report.returncode == 0 and "internal error" not in report.stderr, report.stderr

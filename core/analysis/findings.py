@@ -81,9 +81,11 @@ def _straggler(model: dict[str, Any]) -> list[Finding]:
     n = cross["iterations_compared"]
     for rank_key in cross["slowest_count"]:
         limit = 1 + STRAGGLER_EXCESS
-        slower = sum(1 for e in cross["per_iteration"]
-                     if e["median_ms"] > 0 and e["per_rank_ms"][rank_key] > e["median_ms"] * limit)
-        excess = cross["median_excess"][rank_key]
+        # an iteration some ranks lack (processes that ran different loops: a parent and the
+        # children it spawned) counts for the ranks that have it
+        times = [(e["median_ms"], e["per_rank_ms"].get(rank_key)) for e in cross["per_iteration"]]
+        slower = sum(1 for median, ms in times if median > 0 and ms is not None and ms > median * limit)
+        excess = cross["median_excess"].get(rank_key)
         if n and slower / n >= STRAGGLER_SHARE and excess is not None:
             what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
             out.append(Finding(
