@@ -437,3 +437,14 @@ def test_a_fifo_in_a_profile_is_named_and_skipped_by_every_command(profile: Path
     # already summarised) is at least never opened
     assert named or replaced, f"no command named {name}"
     assert not replaced or name.startswith(RENDERED), name
+
+
+def test_summary_of_a_profile_without_iterations_says_why_on_stderr(profile: Path, tmp_path: Path) -> None:
+    prof = copy_of(profile, tmp_path)
+    for raw in prof.glob("device_0/data/raw.*.jsonl"):
+        raw.unlink()
+    proc = jobprof_cli("summary", str(prof))
+    no_traceback(proc)
+    # before: exit 1 with nothing on stderr (issue 29, item 10)
+    assert proc.returncode == 1 and "jobprof: no iteration in" in proc.stderr, proc.stderr
+    assert "no iteration was recorded" in proc.stdout, proc.stdout

@@ -137,7 +137,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(model, indent=indent, default=str))
     else:
         print(printable(render(model)))
-    return 0 if usable(model) else 1
+    if not usable(model):  # the exit status says it; stderr says why, for a script's log
+        print(printable(f"jobprof: no iteration in {model['prof_dir']}: nothing to summarize "
+                        "(why: the Missing list)"), file=sys.stderr)
+        return 1
+    return 0
 
 
 def usable(model: dict[str, Any]) -> bool:
