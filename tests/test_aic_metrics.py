@@ -182,9 +182,10 @@ def test_pipe_utilization_mac_time_is_flops_over_the_calibrated_peak(jobs):
         duration_us, mac_time, mac_ratio = numbers(row, "Task Duration(us)", "mac_time(us)", "mac_ratio")
         assert mac_time == pytest.approx(MM_FLOPS / peak * 1e6, abs=0.0006)
         achieved = MM_FLOPS / (duration_us * 1e-6)
-        # an operator can beat the calibration's short best-of run (more so when other processes
-        # shared the CPU during the calibration), but not by an order of magnitude
-        assert achieved <= 10 * peak, (achieved, peak)
+        # an operator can beat the calibration's short best-of run, by far when other processes
+        # shared the CPU during the calibration (seen in CI's parallel legs: 65 times, the
+        # calibration at 2.1 GFLOP/s); a unit error would be 1000 times or more
+        assert achieved <= 100 * peak, (achieved, peak)
         assert mac_ratio == pytest.approx(achieved / peak, abs=0.0006, rel=1e-3)
         assert (row["vec_time(us)"], row["vec_ratio"]) == ("0.000", "0.000")
         mte2, mte3 = numbers(row, "mte2_time(us)", "mte3_time(us)")
