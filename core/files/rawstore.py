@@ -434,6 +434,8 @@ INFO_JOBPROF_FIELDS = {"options": ((dict,), False), "explicit": ((Strings,), Fal
 
 def escaped(text: str) -> str:
     """``text`` with control characters as ``\\xNN`` / ``\\uNNNN`` escapes."""
+    if text.isprintable():  # the common case, in C: a summary's lines, most names
+        return text
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
                    for c in text)
 
