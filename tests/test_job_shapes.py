@@ -3,11 +3,12 @@ commands must read: processes the job forks or spawns itself (issue 29)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from conftest import Runner, jobprof_cli
+from conftest import Runner, jobprof_cli, raw_iterations
 
 pytestmark = pytest.mark.torch_versions
 
@@ -96,3 +97,45 @@ def test_summary_and_report_of_a_parent_with_spawned_children(runner: Runner, tm
     assert "Findings" in summary.stdout or "Ranks" in summary.stdout, summary.stdout
     report = jobprof_cli("report", str(runner.out), "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0 and "internal error" not in report.stderr, report.stderr
+
+
+# Three finished iterations, then an exit that runs no atexit handler: os._exit, or exec of the
+# program itself (a restart); before, the sink thread's queue (all of a short job) was lost and
+# Kineto's scratch files stayed behind.
+EXITING_JOB = """
+import os, sys, torch
+model = torch.nn.Linear(8, 8)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+print("trained", sys.argv[1:], flush=True)
+import pickle  # the wrapped functions pickle as the builtins do
+print(pickle.dumps(os._exit), pickle.loads(pickle.dumps(os.execv)) is os.execv, os._exit.__name__, flush=True)
+if sys.argv[1:] == ["exit"]:
+    os._exit(7)
+if sys.argv[1:] == ["exec"]:
+    os.execv(sys.executable, [sys.executable, __file__, "after-exec"])
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "exec"])
+def test_finished_iterations_survive_os_exit_and_exec(runner: Runner, how: str) -> None:
+    script = runner.script(EXITING_JOB)
+    plain = runner.run(script, mode=None, timeout=120, args=[how], check=False)
+    profiled = runner.run(script, {"training_trace": "on", "task_trace": "on"}, timeout=120, args=[how],
+                          check=False)
+    assert (profiled.returncode, profiled.stdout) == (plain.returncode, plain.stdout)
+    assert plain.returncode == (7 if how == "exit" else 0)
+    assert "jobprof: error" not in profiled.stderr and "Traceback" not in profiled.stderr, profiled.stderr
+    [prof] = runner.prof_dirs()
+    devices = sorted(prof.glob("device_*"))
+    assert len(devices) == (1 if how == "exit" else 2)  # exec: the new image profiles itself too
+    first = devices[0] if how == "exit" else next(d for d in devices if (d / "end_info.0").exists())
+    assert raw_iterations(first) == [1, 2, 3]
+    assert not list(prof.rglob(".scratch*")), sorted(prof.rglob(".scratch*"))
+    info = json.loads((first / f"info.json.{first.name.split('_')[1]}").read_text())
+    assert info["jobprof"]["end_reason"] == ("os._exit(7)" if how == "exit" else "exec")
+    summary = jobprof_cli("summary", "--json", str(runner.out))
+    assert summary.returncode == 0, summary.stderr
+    ranks = json.loads(summary.stdout)["ranks"]
+    assert all(r["finished"] and r["iterations"]["count"] == 3 for r in ranks), ranks

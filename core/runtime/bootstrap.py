@@ -13,7 +13,7 @@ import sys
 from jobprof.plugin.configure import prepare, uncollected
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER
-from jobprof.runtime import _state
+from jobprof.runtime import _state, exits
 from jobprof.runtime.session import Session
 from jobprof.runtime.torch_import import when_imported
 
@@ -44,5 +44,7 @@ def start(environ: os._Environ | dict = os.environ) -> Session | None:
     session = Session(outcome.config, manager, composed.owners)
     _state.SESSION = session
     atexit.register(session.finish, "exit")
+    # os._exit and exec skip atexit: the session ends before them
+    exits.install(session.finish, session.pid)
     when_imported("torch", session.torch_ready)
     return session

@@ -62,6 +62,8 @@ class Session:
         #: finish() is running on this thread (a SIGTERM handler that interrupts it must not
         #: re-enter it), and the SIGTERM it received meanwhile, delivered when it is done
         self._finishing = self._hurried = False
+        #: what cut the exit-time rendering short (SIGTERM, os._exit, exec), for the message
+        self._hurried_by = ""
         self._signal_during_finish: int | None = None
         self._ops_detail: Detail | None = None
         self._rank: dict[str, Any] = {}
@@ -268,7 +270,9 @@ class Session:
             self._deliver(signum, None)
 
     def _finish(self, reason: str) -> None:
-        if reason == "SIGTERM":
+        if reason == "SIGTERM" or reason in _HURRIED_EXITS or reason.startswith("os._exit("):
+            # the process is going away now: raw data and end_info, rendering for a second
+            self._hurried_by = self._hurried_by or reason.split("(")[0]
             self._hurried = True
             if self.sink is not None:
                 self.sink.hurry(SIGTERM_RENDER_S)
@@ -300,8 +304,9 @@ class Session:
             if sink.unrendered and not sink.failed:  # said first: end_info keeps the message
                 why = [f"{sink.deferred} beyond the in-process backlog"] if sink.deferred else []
                 if sink.unrendered_count > sink.deferred:
-                    why.append(f"{sink.unrendered_count - sink.deferred} left when SIGTERM's "
-                               f"{SIGTERM_RENDER_S:g} s for rendering ran out")
+                    why.append(f"{sink.unrendered_count - sink.deferred} left when "
+                               f"{self._hurried_by or 'SIGTERM'}'s {SIGTERM_RENDER_S:g} s for "
+                               "rendering ran out")
                 self.reporter.warning(
                     f"{sink.unrendered_count} iteration(s) were not rendered in the job "
                     f"({', '.join(why)}; iterations {', '.join(run_texts(sink.unrendered))}; raw data "
@@ -518,6 +523,9 @@ class Session:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
+
+#: exits after which the process is gone at once (besides ``os._exit(N)`` and SIGTERM)
+_HURRIED_EXITS = frozenset({"exec"})
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
 

@@ -5,8 +5,8 @@ no I/O).  A background thread wakes every ``FLUSH_S`` (or as soon as ``FLUSH_ITE
 are waiting), encodes the queued iterations in one warm loop and appends them to the raw
 segments with one ``write()``: on this class of machine the same encode + write costs ~20x
 more when done cold, once per step, right after the model's compute.  The price is a window:
-after SIGKILL the iterations of the last ``FLUSH_S`` may be missing; normal exit, SIGTERM and
-uncaught exceptions flush everything.
+after SIGKILL the iterations of the last ``FLUSH_S`` may be missing; normal exit, SIGTERM,
+uncaught exceptions, ``os._exit`` and ``exec`` (:mod:`jobprof.runtime.exits`) flush everything.
 
 Rendering the per-iteration timeline/summary files costs far more (a file per writer), so the
 same thread does it under a CPU-duty budget (``EXPORT_DUTY`` of wall time: it sleeps in
