@@ -409,3 +409,63 @@ def address_space(size: int):
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
     return limit
+
+
+FULL_DISK_JOB = """
+import torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(60):
+    model(torch.randn(16, 64)).sum().backward(); opt.step(); opt.zero_grad()
+print("done")
+"""
+
+
+@pytest.mark.parametrize("size", ["300k", "700k", "2m"])
+def test_a_full_disk_with_operators_keeps_what_it_says_and_ends_finished(
+        runner: Runner, tmp_path: Path, size: str) -> None:
+    """A tiny tmpfs fills while the operator tier runs (issue 29 item 8): before, the closing
+    line counted iterations whose operator windows were never stored, and without room for
+    end_info the summary called a job that exited 0 "killed?"."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    try:
+        runner.out = mount / "prof"
+        proc = runner.run(FULL_DISK_JOB, OPERATORS)
+        assert proc.stdout == "done\n"
+        [line] = [ln for ln in proc.stderr.splitlines() if ln.startswith("jobprof: error")]
+        device = runner.device_dir()
+        saved = rawstore.indices(device)
+        assert (f"raw data saved for {len(saved)} iteration(s)" if saved
+                else "no iteration's raw data was saved") in line, line
+        # every iteration said to be saved has its operators: each window it names is on disk
+        lines = {}
+        for segment in rawstore.segments(device):
+            for text in segment.read_text().splitlines():
+                try:  # a write cut by the full disk leaves a partial last line (readers skip it)
+                    line = json.loads(text)
+                except ValueError:
+                    continue
+                lines[line["index"]] = line["streams"]
+        for index in saved:
+            refs = lines[index].get("ops") or []
+            assert refs, f"iteration {index}: no operator data"
+            for ref in refs:
+                assert (device / "data" / "kineto" / ref["kineto"]).is_file(), (index, ref)
+        assert (device / "end_info.0").is_file()  # the room kept for it
+        assert not (device / "data" / sink.RESERVE_NAME).exists()
+        info = json.loads((device / "info.json.0").read_text())
+        assert info["jobprof"]["end_reason"] == "exit"
+        summary = jobprof_cli("summary", "--json", str(runner.out))
+        if not saved:
+            assert summary.returncode == 1 and "jobprof: no iteration in" in summary.stderr
+            return
+        assert summary.returncode == 0, summary.stderr
+        [rank] = json.loads(summary.stdout)["ranks"]
+        assert rank["finished"] and rank["iterations"]["count"] == len(saved), rank
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)

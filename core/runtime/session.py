@@ -311,12 +311,13 @@ class Session:
                     f"{sink.unrendered_count} iteration(s) were not rendered in the job "
                     f"({', '.join(why)}; iterations {', '.join(run_texts(sink.unrendered))}; raw data "
                     f"kept): run `jobprof export {self.job_dir}`")
+            sink.release_reserve()  # room for end_info and info.json, even on a full disk
             try:
-                if not sink.failed:
-                    self._write_metadata(reason)
+                self._write_metadata(reason)
             except OSError as exc:
-                self.reporter.error(f"cannot write end_info in {self.device_dir}: "
-                                    f"{exc.strerror or exc}")
+                if not sink.failed:  # else the failure was said, once, with what was saved
+                    self.reporter.error(f"cannot write end_info in {self.device_dir}: "
+                                        f"{exc.strerror or exc}")
             if not sink.failed and not self._hurried and self._signal_during_finish is None \
                     and self.device_id is not None:
                 self._write_facts(self.device_id)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.analysis.selection import ranges
-from jobprof.files import export, kinetotrace, rawstore
+from jobprof.files import export, fsio, kinetotrace, rawstore
 from jobprof.plugin.types import OPS_STREAM, WriterSpec
 from jobprof.runtime.storage import StorageBudget
 
@@ -40,6 +40,11 @@ EXPORT_DUTY = 0.01
 #: iterations waiting for export that the process remembers (about 100 bytes each); older
 #: ones stay on disk as raw data for `jobprof export` (counted in info.json)
 MAX_BACKLOG = 50_000
+#: room kept on the output's disk (a file of zeros, ``data/.reserve``) and given back when a
+#: write fails or the job ends, so that end_info and info.json can still say how the job ended
+#: when the disk is full (without them the profile reads as killed)
+RESERVE_NAME = ".reserve"
+RESERVE_BYTES = 64 * 1024
 #: how long rendering may go on after a SIGTERM (the rest is left to `jobprof export`)
 SIGTERM_RENDER_S = 1.0
 
@@ -60,6 +65,8 @@ class Sink:
         #: (stream, iteration, message), then it gets nothing more
         self._on_core_error = on_core_error
         self._dead_streams: set[str] = set()
+        #: (iteration, message): storing that iteration's operator window failed (disk full)
+        self._storage_error: tuple[int, str] | None = None
         self._raw = rawstore.RawWriter(device_dir)
         #: the exporter's reader of operator windows (consecutive iterations share them)
         self._windows = kinetotrace.Windows(device_dir / "data")
@@ -81,6 +88,12 @@ class Sink:
         self.deadline: float | None = None
         self.export_seconds = 0.0
         self.failed = False
+        self._reserve = device_dir / "data" / RESERVE_NAME
+        try:
+            with fsio.create(self._reserve, root=device_dir.parent, binary=True) as handle:
+                handle.write(bytes(RESERVE_BYTES))
+        except OSError:
+            self._reserve.unlink(missing_ok=True)  # no room even now: the first write will say so
         self._thread = threading.Thread(target=self._run, name="jobprof-sink", daemon=True)
         self._thread.start()
 
@@ -141,6 +154,13 @@ class Sink:
                 self._flush_raw()
                 self._export_pending(throttle=True)
 
+    def release_reserve(self) -> None:
+        """Give the reserved room back to the disk (at a failed write, and at the end)."""
+        try:
+            self._reserve.unlink(missing_ok=True)
+        except OSError:
+            pass
+
     def settle(self) -> None:
         """Build every deferred record list now (at exit, before the plugins' session_end)."""
         with self._work_lock:
@@ -156,8 +176,22 @@ class Sink:
             if (owner is not None and not self._plugin_alive(owner)) or stream in self._dead_streams:
                 del streams[stream]  # type: ignore[attr-defined]
                 continue  # failed since: it gets nothing more
+            if self._storage_error is not None:
+                return  # nothing more is saved (see _flush_raw)
             try:
                 built = records()
+            except OSError as exc:
+                if owner is not None:
+                    self._drop(index, streams, stream, owner, exc)
+                    continue
+                # the core's operator window could not be stored: the disk, not the stream;
+                # _flush_raw saves the iterations before this one and stops
+                self._storage_error = (index, f"cannot write to {self.device_dir}: {exc.strerror or exc}")
+                return
+            except Exception as exc:
+                self._drop(index, streams, stream, owner, exc)
+                continue
+            try:
                 if not isinstance(built, list):
                     raise TypeError(f"returned {type(built).__name__}, not a list")
                 if built:
@@ -165,14 +199,19 @@ class Sink:
                 else:  # nothing this iteration: no empty stream in the raw line
                     del streams[stream]  # type: ignore[attr-defined]
             except Exception as exc:
-                del streams[stream]  # type: ignore[attr-defined]
-                if owner is None:  # the core's own stream: one report, no plugin to disable
-                    self._dead_streams.add(stream)
-                    if self._on_core_error is not None:
-                        self._on_core_error(stream, index, f"{type(exc).__name__}: {exc}")
-                    continue
-                self._on_plugin_error(owner, f"deferred records of stream '{stream}' (iteration "
-                                             f"{index}): {type(exc).__name__}: {exc}")
+                self._drop(index, streams, stream, owner, exc)
+
+    def _drop(self, index: int, streams: Mapping[str, Any], stream: str, owner: str | None,
+              exc: Exception) -> None:
+        """A stream whose deferred records failed to build: left out, said once."""
+        del streams[stream]  # type: ignore[attr-defined]
+        if owner is None:  # the core's own stream: one report, no plugin to disable
+            self._dead_streams.add(stream)
+            if self._on_core_error is not None:
+                self._on_core_error(stream, index, f"{type(exc).__name__}: {exc}")
+            return
+        self._on_plugin_error(owner, f"deferred records of stream '{stream}' (iteration "
+                                     f"{index}): {type(exc).__name__}: {exc}")
 
     def _flush_raw(self) -> None:
         if self.failed or not self._queued:
@@ -182,6 +221,13 @@ class Sink:
             batch.append(self._queued.popleft())
         for index, streams, _ in batch:
             self._resolve(index, streams)
+        unsaved: list[int] = []
+        if self._storage_error is not None:
+            # an iteration's operator window could not be stored: the iterations before it are
+            # whole and written; it and the rest are not saved
+            cut = self._storage_error[0]
+            unsaved = [i for i, _, _ in batch if i >= cut]
+            batch = [b for b in batch if b[0] < cut]
         try:
             placed = self._raw.append_many([(i, s) for i, s, _ in batch], self._bad_stream)
             for (index, streams, active), where in zip(batch, placed, strict=True):
@@ -197,6 +243,8 @@ class Sink:
             while len(self._todo) > MAX_BACKLOG:
                 self._note_unrendered(self._todo.popleft()[0])
                 self.deferred += 1
+            if unsaved:
+                self._fail(self._storage_error[1] if self._storage_error else "", unsaved)
         except OSError as exc:
             self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}",
                        [i for i, _, _ in batch])
@@ -243,6 +291,7 @@ class Sink:
         if self.failed:
             return
         self.failed = True
+        self.release_reserve()
         self._on_fatal(f"{message}; {self._saved_text(batch or [], rendering)}")
 
     def _saved_text(self, batch: list[int], rendering: int | None) -> str:
