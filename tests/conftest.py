@@ -93,11 +93,11 @@ def loaded_manager():  # -> jobprof.plugin.manager.PluginManager
 
 
 def jobprof_cli(*args: str, env: dict[str, str] | None = None,
-                cwd: Path | None = None) -> subprocess.CompletedProcess:
+                cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the installed ``jobprof`` command (the console script, as a user would)."""
     exe = Path(sys.executable).with_name("jobprof")
     return subprocess.run([str(exe), *args], env=clean_env(**(env or {})), cwd=cwd,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:

@@ -448,3 +448,54 @@ def test_summary_of_a_profile_without_iterations_says_why_on_stderr(profile: Pat
     # before: exit 1 with nothing on stderr (issue 29, item 10)
     assert proc.returncode == 1 and "jobprof: no iteration in" in proc.stderr, proc.stderr
     assert "no iteration was recorded" in proc.stdout, proc.stdout
+
+
+# --- item 5: thousands of empty device folders -----------------------------------------------
+
+EMPTY_DEVICES = 3000
+
+
+@pytest.mark.parametrize("command", ["summary", "report", "merge", "export", "diff"])
+def test_thousands_of_empty_device_folders_cost_little_and_are_said_once(
+        profile: Path, tmp_path: Path, command: str) -> None:
+    """Before (issue 29 item 5): every worker task loaded the entry points and listed every
+    folder, so N folders cost O(N^2) (1,000: 6 s, 10,000: > 150 s), and each empty folder got
+    its own lines (20,000 of them from export).  The bound is ~30x what it takes now."""
+    prof = copy_of(profile, tmp_path)
+    for device in range(1, EMPTY_DEVICES + 1):
+        (prof / f"device_{device}").mkdir()
+    args = {"summary": ["summary", str(prof)],
+            "report": ["report", str(prof), "-o", str(tmp_path / "r.html")],
+            "merge": ["merge", str(prof), "-o", str(tmp_path / "m")], "export": ["export", str(prof)],
+            "diff": ["diff", str(prof), str(prof)]}[command]
+    proc = jobprof_cli(*args, timeout=60)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert len(proc.stderr.splitlines()) <= 3, proc.stderr[:2000]
+    if command == "summary":
+        said = [ln for ln in proc.stdout.splitlines() if "no iteration was recorded" in ln]
+        assert said == [f"  - ranks 1-{EMPTY_DEVICES}: no iteration was recorded"], said
+        assert len(proc.stdout.splitlines()) < 100, proc.stdout[-3000:]
+    if command in ("merge", "export"):
+        assert f"1-{EMPTY_DEVICES}" in proc.stderr, proc.stderr
+
+
+def test_a_worker_reducing_one_device_lists_no_folder_and_loads_plugins_once(
+        profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobprof.analysis import facts
+    from jobprof.analysis import profile as profile_module
+    from jobprof.plugin.manager import PluginManager
+
+    prof = copy_of(profile, tmp_path)
+    for device in range(1, 41):
+        (prof / f"device_{device}").mkdir()
+    listed, loaded = [], []
+    real_list, real_load = profile_module.device_dirs, PluginManager.load_entry_points
+    monkeypatch.setattr(profile_module, "device_dirs", lambda *a: listed.append(a) or real_list(*a))
+    monkeypatch.setattr(PluginManager, "load_entry_points",
+                        lambda self, *a, **k: loaded.append(a) or real_load(self, *a, **k))
+    monkeypatch.setattr(facts, "_WORKER_MANAGERS", {})
+    reduced = [facts._task(str(prof), device, None, "", False) for device in range(41)]
+    assert [f["device"] for f in reduced] == list(range(41))
+    assert reduced[0]["entry"]["iterations"]["count"] == 3, list(reduced[0])
+    assert listed == [] and len(loaded) == 1, (len(listed), len(loaded))

@@ -381,17 +381,24 @@ def missing(profile: Profile, model: dict[str, Any],
     stored: dict[int, list[int]] = {}
     for row in model.get("iterations") or ():
         stored.setdefault(row["device"], []).append(row["iteration"])
+    # one line per kind of problem, naming its ranks (10,000 empty rank folders: two lines)
+    empty: list[int] = []
+    unfinished: dict[str, list[int]] = {}
     for r in model["ranks"]:
         its = r["iterations"]
         if its["count"] == 0:
-            notes.append(f"rank {r['rank']}: no iteration in the selection" if profile.selection.iterations
-                         else f"rank {r['rank']}: no iteration was recorded")
+            empty.append(r["rank"])
         if not r["finished"]:
             saved = (f"its raw data ends at iteration {its['last']}" if its["last"] is not None
                      else "no iteration's raw data is in the selection" if profile.selection.iterations
                      else "no iteration's raw data was saved")
-            notes.append(f"rank {r['rank']}: no end_info (the job did not finish); {saved}")
+            unfinished.setdefault(saved, []).append(r["rank"])
         notes += _lost(profile, r, sorted(stored.get(r["device"], [])))
+    if empty:
+        notes.append(f"{_ranks(empty)}: " + ("no iteration in the selection" if profile.selection.iterations
+                                            else "no iteration was recorded"))
+    for saved, ranks in unfinished.items():
+        notes.append(f"{_ranks(ranks)}: no end_info (the job did not finish); {saved}")
     notes += _disabled(profile, model)
     for part in PARTS:
         claims = [(plugin, s.unseen) for plugin, s in sources if s.part == part]
@@ -410,3 +417,8 @@ def missing(profile: Profile, model: dict[str, Any],
             notes.append(f"{LABELS[part]} is N/A on {who} ({reason}): that time is counted in "
                          "the phase it fell in")
     return notes
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 3`` or ``ranks 2-9, 12``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(ranges(ranks))}"

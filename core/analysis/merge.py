@@ -75,6 +75,16 @@ class RankSource:
         return f"rank {self.rank}" if self.rank_from == "rank_id" else f"device {self.device}"
 
 
+def labels(sources: list[RankSource]) -> str:
+    """``rank 3``, ``ranks 0-7``, ``devices 2-9999`` or both kinds: many sources in one phrase."""
+    if len(sources) == 1:
+        return sources[0].label
+    ranks = [s.rank for s in sources if s.rank_from == "rank_id"]
+    devices = [s.device for s in sources if s.rank_from != "rank_id"]
+    return "; ".join([*([f"ranks {', '.join(ranges(ranks))}"] if ranks else []),
+                      *([f"devices {', '.join(ranges(devices))}"] if devices else [])])
+
+
 def _time_base(path: Path, device: int, info: dict[str, Any]) -> tuple[int | None, str]:
     """The source's time base (epoch ns): info.json's, else its clock anchor's second (a profile
     written before the base was recorded); None and why when neither file gives one."""
@@ -410,6 +420,7 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
         raise MergeError(f"{prof} has no device_<id> folders")
     notes: list[str] = []
     plan: list[tuple[RankSource, list[IterationFile]]] = []
+    absent: list[RankSource] = []
     for source in sources:
         files = iteration_files(source.path, "timeline", MASTER)
         if iterations:
@@ -426,12 +437,14 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
                          "job's time axis: left out")
             files = []
         elif not files:
-            where = f" in iterations {window(iterations)}" if iterations else ""
-            notes.append(f"{source.label}: no master timeline (msprof_*.json){where}: left out")
+            absent.append(source)
         elif not source.finished:
             notes.append(f"{source.label}: no end_info (the process did not finish): merged iterations "
                          f"{', '.join(ranges(rendered))}")
         plan.append((source, files))
+    if absent:  # one line, however many folders (10,000 empty ones: one line)
+        where = f" in iterations {window(iterations)}" if iterations else ""
+        notes.append(f"{labels(absent)}: no master timeline (msprof_*.json){where}: left out")
     if not any(files for _, files in plan):
         where = f" in iterations {window(iterations)}" if iterations else ""
         raise MergeError(f"nothing to merge in {prof}: no master timeline file{where} for "

@@ -52,17 +52,19 @@ class Profile:
         the other folders are listed but none of their files is opened."""
         self.path = find_prof_dir(Path(path))
         self.selection = selection
-        every = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
         self._info: dict[int, dict[str, Any]] = {}
         self._finished: dict[int, bool] = {}
-        self._all_devices = sorted(every)
-        self._folders = every
+        #: every device folder, listed when first asked (a worker holding one device of
+        #: thousands never lists them: that made reducing N devices O(N^2))
+        self._every: dict[int, Path] | None = None
         if device is not None:
-            if device not in every:
+            folder = self.path / f"device_{device}"
+            if not folder.is_dir():
                 raise FileNotFoundError(f"{self.path}: no device_{device} folder")
-            self._devices = {device: every[device]}
+            self._devices = {device: folder}
         else:
-            self._devices = {dev: d for dev, d in every.items() if selection.has_rank(self._rank(dev, d))}
+            self._devices = {dev: d for dev, d in self._folders.items()
+                             if selection.has_rank(self._rank(dev, d))}
         self._facts: dict[int, Facts] = {}
         # device -> stream -> tagged records; devices whose light streams are all cached
         self._cache: dict[int, dict[str, list[Any]]] = {}
@@ -76,9 +78,15 @@ class Profile:
         return sorted(self._devices)
 
     @property
+    def _folders(self) -> dict[int, Path]:
+        if self._every is None:
+            self._every = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
+        return self._every
+
+    @property
     def all_devices(self) -> list[int]:
         """Every device folder, selected or not."""
-        return list(self._all_devices)
+        return sorted(self._folders)
 
     def _rank(self, device: int, folder: Path) -> int:
         rank = info_rank(self._read_info(device, folder))
@@ -86,7 +94,8 @@ class Profile:
 
     def rank(self, device: int) -> int:
         """The job rank that wrote ``device`` (``rank_id`` in info.json; the device id without one)."""
-        return self._rank(device, self._folders[device])
+        folder = self._devices.get(device) or self._folders[device]
+        return self._rank(device, folder)
 
     def _read_info(self, device: int, folder: Path) -> dict[str, Any]:
         if device not in self._info:  # a missing or unusable info.json (reported) reads as empty

@@ -35,9 +35,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     status = 0
     unusable = exported = 0
+    #: device folders that hold nothing jobprof wrote (no metadata, no raw data): one line for all
+    empty: list[int] = []
     for device_dir in devices:
         with bar(total=_stored_iterations(device_dir), desc=device_dir.name, unit="iteration") as shown:
             result = export.export_device(device_dir, manager, lambda _done: shown.update(1))
+        if not result.iterations and _holds_nothing(device_dir):
+            empty.append(int(device_dir.name.split("_")[1]))
+            unusable += 1
+            continue
         finished = any(device_dir.glob("end_info.*"))
         print(f"{device_dir}: {result.iterations} iteration(s), {result.files} file(s)"
               + ("" if finished else " (no end_info: the job did not finish; rendered what was saved)"))
@@ -52,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
         if result.problems and not unreadable:
             status = 1
         unusable += unreadable
+    if empty:
+        print(printable(f"  problem: {len(empty)} device folder(s) of {prof} hold nothing jobprof wrote "
+                        f"(no start_info, info.json or raw data): devices {', '.join(ranges(empty))}"),
+              file=sys.stderr)
     if unusable and not exported:
         status = 1
     # every rank reduced once, here, so that summary and report read no raw data again
@@ -69,6 +79,16 @@ def run(args: argparse.Namespace) -> int:
         for note in assembled.problems:
             print(printable(f"  note: {note}"), file=sys.stderr)
     return status
+
+
+def _holds_nothing(device_dir: Path) -> bool:
+    """No metadata and no raw segment: an empty folder (or one of someone else's files)."""
+    try:
+        names = {p.name for p in device_dir.iterdir()}
+    except OSError:
+        return False
+    return not any(n.startswith(("start_info.", "info.json.", "end_info.")) for n in names) \
+        and not rawstore.segments(device_dir)
 
 
 def _stored_iterations(device_dir: Path) -> int | None:
