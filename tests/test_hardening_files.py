@@ -499,3 +499,19 @@ def test_a_worker_reducing_one_device_lists_no_folder_and_loads_plugins_once(
     assert [f["device"] for f in reduced] == list(range(41))
     assert reduced[0]["entry"]["iterations"]["count"] == 3, list(reduced[0])
     assert listed == [] and len(loaded) == 1, (len(listed), len(loaded))
+
+
+def test_duplicated_raw_lines_are_counted_once_and_said(profile: Path, tmp_path: Path) -> None:
+    """A raw segment whose lines were copied (appended to itself, a restore run twice): before
+    (issue 29 item 10) the summary counted "iterations 6, range 1-3" without a word."""
+    prof = copy_of(profile, tmp_path)
+    [segment] = prof.glob("device_0/data/raw.*.jsonl")
+    segment.write_bytes(segment.read_bytes() * 2)
+    (prof / "device_0" / "data" / "facts.0.json").unlink(missing_ok=True)
+    proc = jobprof_cli("summary", "--json", str(prof))
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    [rank] = json.loads(proc.stdout)["ranks"]
+    assert rank["iterations"] == {"count": 3, "first": 1, "last": 3, "gaps": []}, rank
+    said = [ln for ln in proc.stderr.splitlines() if "iterations already read" in ln]
+    assert len(said) == 1 and "3 line(s) left out" in said[0], proc.stderr

@@ -4,6 +4,7 @@ commands must read: processes the job forks or spawns itself (issue 29)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,9 @@ def test_summary_and_report_of_a_parent_with_spawned_children(runner: Runner, tm
     # before: "internal error ... KeyError: '0'" from the straggler finding
     assert summary.returncode == 0 and "internal error" not in summary.stderr, summary.stderr
     assert "Findings" in summary.stdout or "Ranks" in summary.stdout, summary.stdout
+    # none of the three is a rank of a distributed job: the table says so (issue 29 item 6)
+    assert len(re.findall(r"^[012]\* ", summary.stdout, re.M)) == 3, summary.stdout
+    assert "not a rank of a distributed job" in summary.stdout
     report = jobprof_cli("report", str(runner.out), "-o", str(tmp_path / "r.html"))
     assert report.returncode == 0 and "internal error" not in report.stderr, report.stderr
 
@@ -139,3 +143,55 @@ def test_finished_iterations_survive_os_exit_and_exec(runner: Runner, how: str) 
     assert summary.returncode == 0, summary.stderr
     ranks = json.loads(summary.stdout)["ranks"]
     assert all(r["finished"] and r["iterations"]["count"] == 3 for r in ranks), ranks
+    assert all(r["distributed"] is False for r in ranks)
+    if how == "exec":  # one process, two images: said
+        text = jobprof_cli("summary", str(runner.out)).stdout
+        assert f"devices 0, 1 are one process (pid {ranks[0]['pid']})" in text, text
+
+
+# Training off the main thread: in one thread, in two threads with a loop each, in a daemon
+# thread still training when the program ends.  Before (issue 29 item 9): Kineto's errors on
+# the job's stderr, a segfault with two threads (a cut from the thread that had not started
+# Kineto), a hang with the daemon thread (the detector's and the session's locks taken in
+# opposite orders at exit).
+THREADED_JOB = """
+import sys, threading, time, torch
+def train(n):
+    model = torch.nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(n):
+        model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+how = sys.argv[1]
+if how == "thread":
+    t = threading.Thread(target=train, args=(5,)); t.start(); t.join()
+elif how == "two":
+    ts = [threading.Thread(target=train, args=(5,)) for _ in range(2)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+else:
+    threading.Thread(target=train, args=(10**9,), daemon=True).start(); time.sleep(3)
+print("done", flush=True)
+"""
+KINETO_NOISE = ("External init callback", "Requested callback", "Leaked callback", "disableProfiler",
+                "Segmentation", "Fatal Python error", "jobprof: error")
+
+
+@pytest.mark.parametrize("how", ["thread", "two", "daemon"])
+def test_training_off_the_main_thread(runner: Runner, how: str) -> None:
+    script = runner.script(THREADED_JOB)
+    plain = runner.run(script, mode=None, timeout=120, args=[how], check=False)
+    profiled = runner.run(script, {"training_trace": "on", "task_trace": "on"}, timeout=120, args=[how],
+                          check=False)
+    assert profiled.stdout == plain.stdout == "done\n", profiled.stderr
+    if how == "daemon":  # computing at exit, torch itself may abort (it does on 2.13), whether
+        # profiled or not: which one happens is a race; before, the profiled job hung
+        assert {plain.returncode, profiled.returncode} <= {0, -6, 134}, profiled.stderr
+    else:
+        assert profiled.returncode == plain.returncode == 0, profiled.stderr
+    assert not [n for n in KINETO_NOISE if n in profiled.stderr], profiled.stderr
+    other = "iterations end on more than one thread"
+    # with two loops, whether iterations end on both threads depends on their interleaving
+    assert profiled.stderr.count(other) <= (1 if how == "two" else 0), profiled.stderr
+    device = runner.device_dir()
+    if how == "thread":  # the training thread's operators, every iteration
+        assert raw_iterations(device, "ops") == [1, 2, 3, 4, 5]
+    assert raw_iterations(device)

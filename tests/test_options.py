@@ -377,8 +377,8 @@ def test_reporter_format_and_once(monkeypatch: pytest.MonkeyPatch) -> None:
     reporter.options_problems(problems, "PROFILING_OPTIONS", "the job runs unprofiled")
     assert stream.getvalue() == (
         "jobprof: error: PROFILING_OPTIONS: 2 problems; the job runs unprofiled\n"
-        '  $.l2: must be one of "on", "off" (got true)\n'
-        "  $: is 3000 bytes long; msprof accepts at most 2047 bytes\n")
+        'jobprof:   $.l2: must be one of "on", "off" (got true)\n'
+        "jobprof:   $: is 3000 bytes long; msprof accepts at most 2047 bytes\n")
 
 
 @pytest.mark.parametrize(("value", "shown"), [
@@ -420,11 +420,11 @@ def test_run_all_problems_once(runner: Runner) -> None:
     assert proc.returncode == 0 and proc.stdout == "session False\n"
     assert proc.stderr == (  # a child process of the job does not repeat the report
         f"{HEADER}4 problems; {UNPROFILED}\n"
-        f'  $.output: is a file, not a directory (got "{runner.tmp / "afile"}")\n'
-        "  $.storage_limit: must be '<digits>MB' with no space and the unit, e.g. \"2048MB\" "
+        f'jobprof:   $.output: is a file, not a directory (got "{runner.tmp / "afile"}")\n'
+        "jobprof:   $.storage_limit: must be '<digits>MB' with no space and the unit, e.g. \"2048MB\" "
         '(got "200 MB")\n'
-        '  $.trainig_trace: unknown option key; did you mean "training_trace"? (got "on")\n'
-        '  $.training_trace: must be a string (write switches as "on" or "off", in quotes), '
+        'jobprof:   $.trainig_trace: unknown option key; did you mean "training_trace"? (got "on")\n'
+        'jobprof:   $.training_trace: must be a string (write switches as "on" or "off", in quotes), '
         "not a boolean (got true)\n")
 
 
@@ -501,8 +501,8 @@ def demo_dist(root: Path) -> Path:
 
 
 @pytest.mark.parametrize(("rate", "problem"), [
-    (0, "  $.demo_rate: must be an integer >= 1 (got 0)\n"),
-    ("5", '  $.demo_rate: must be an integer (a JSON number, without quotes), not a string '
+    (0, "jobprof:   $.demo_rate: must be an integer >= 1 (got 0)\n"),
+    ("5", 'jobprof:   $.demo_rate: must be an integer (a JSON number, without quotes), not a string '
           '(got "5")\n'),
     (5, None),
 ])

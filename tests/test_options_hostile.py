@@ -308,7 +308,8 @@ def test_hostile_profiled_run(case_id: str, strict: str, runner: Runner) -> None
     proc = runner.run('open("ran", "w").close()\n' + PROBE, text,
                       env={"JOBPROF_STRICT": strict} if strict else None, check=False)
     _no_leak(proc.stderr)
-    assert f"\n  {case.path}: " in proc.stderr, proc.stderr[-2000:]
+    # every line of the report carries the prefix (issue 29 item 10)
+    assert f"\njobprof:   {case.path}: " in proc.stderr, proc.stderr[-2000:]
     if strict:
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert proc.stdout == "" and not (runner.tmp / "ran").exists()

@@ -38,12 +38,13 @@ from jobprof.analysis.profile import Facts, Profile
 from jobprof.analysis.selection import Selection, runs
 from jobprof.analysis.stats import describe
 from jobprof.files import fsio, jsonread, rawstore
+from jobprof.files.profdir import info_rank
 from jobprof.plugin.manager import DISABLE_ENV, PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.types import Iteration
 
 #: bumped whenever what a facts file holds changes shape: an older file is then stale
-SCHEMA = "jobprof.facts/3"
+SCHEMA = "jobprof.facts/4"
 ENGINES = ("local", "dask")
 #: the environment variable Dask (and Nsight Systems' recipes) read for a scheduler's address
 DASK_SCHEDULER = "DASK_SCHEDULER_ADDRESS"
@@ -143,6 +144,9 @@ def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dic
     return {
         "rank": profile.rank(device), "device": device, "hostname": info.get("hostname"),
         "pid": info.get("pid"), "finished": profile.finished(device),
+        # a process with no rank of a distributed job (a helper or child that inherited
+        # PROFILING_MODE, the program after exec): its device id stands in for the rank
+        "distributed": info_rank(info) is not None,
         "iteration_method": job.get("iteration_method"), "world_size": job.get("world_size"),
         "iterations": {"count": len(rows), "first": index[0] if index else None,
                        "last": index[-1] if index else None, "gaps": _gaps(index)},

@@ -136,3 +136,25 @@ def summarize(profile: Profile, manager: PluginManager, progress: Progress = qui
     model["missing"] = findings.missing(profile, model, findings.part_sources(manager))
     model["findings"] = [attrs.asdict(f) for f in findings.rank(findings.core(model), sections)]
     return model
+
+
+#: the footnote of a rank that is a process, not a rank of a distributed job
+NOT_A_RANK = ("* not a rank of a distributed job (no RANK / WORLD_SIZE, no process group): a process "
+              "that ran with PROFILING_MODE set (a helper or child inherits it from the job's "
+              "environment); its device id stands in for the rank")
+
+
+def process_marks(ranks: list[dict[str, Any]]) -> tuple[set[int], list[str]]:
+    """Which rank entries are processes that are not ranks (their devices), and the notes that
+    say so: shown only when the profile holds more than one process, one of them such."""
+    marked = {r["device"] for r in ranks if r.get("distributed") is False} if len(ranks) > 1 else set()
+    notes = [NOT_A_RANK] if marked else []
+    by_pid: dict[Any, list[int]] = {}
+    for r in ranks:
+        if r.get("pid") is not None:
+            by_pid.setdefault(r["pid"], []).append(r["device"])
+    for pid, devices in by_pid.items():
+        if len(devices) > 1:
+            notes.append(f"devices {', '.join(map(str, devices))} are one process (pid {pid}): the "
+                         "program exec'd itself, and each image was profiled")
+    return marked, notes

@@ -17,7 +17,7 @@ from jobprof.analysis import breakdown
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.report.fmt import MS, PCT, text
 from jobprof.analysis.selection import narrowed
-from jobprof.analysis.summary import summarize
+from jobprof.analysis.summary import process_marks, summarize
 from jobprof.cli._common import (
     add_engine,
     add_prof_dir,
@@ -75,11 +75,14 @@ def render(model: dict[str, Any]) -> str:
     if ranks and scale.many(model):
         out += _rank_distribution(model)
     elif ranks:
-        rows = [[r["rank"], r["device"], r["hostname"] or "N/A", r["iterations"]["count"],
+        marked, notes = process_marks(ranks)
+        rows = [[f"{r['rank']}*" if r["device"] in marked else r["rank"], r["device"],
+                 r["hostname"] or "N/A", r.get("pid") or "N/A", r["iterations"]["count"],
                  f"{r['iterations']['first']}-{r['iterations']['last']}" if r["iterations"]["count"] else "-",
                  r["iteration_method"] or "N/A", "yes" if r["finished"] else "no (killed?)"] for r in ranks]
-        out += ["", "Ranks", tabulate(rows, headers=["rank", "device", "host", "iterations", "range",
+        out += ["", "Ranks", tabulate(rows, headers=["rank", "device", "host", "pid", "iterations", "range",
                                                      "found by", "finished"])]
+        out += [f"  note: {n}" for n in notes]
         keys = ("iteration", *breakdown.PARTS)
         rows = []
         for r in (r for r in ranks if r["iterations"]["count"]):

@@ -13,6 +13,7 @@ readers.  Segments ``raw.<first iteration:09d>.jsonl`` hold up to
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import os
@@ -351,8 +352,9 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
     are reported once (:func:`reporting`).
     """
     windows: kinetotrace.Windows | None = None
+    seen = _Seen()
     for segment in segments(device_dir):
-        bad, trimmed = _FileProblems(segment), _FileProblems(segment)
+        bad, trimmed, twice = _FileProblems(segment), _FileProblems(segment), _FileProblems(segment)
         try:
             handle = fsio.open_read(segment)  # closed by the with below; the open may fail alone
         except OSError as exc:
@@ -369,6 +371,9 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
                 if parsed is None:
                     bad.add(f"line {number}", note or "not an iteration line")
                     continue
+                if not seen.add(parsed[0]):  # a copied line: counted once, the first kept
+                    twice.add(f"line {number}", f"iteration {parsed[0]} again")
+                    continue
                 if note:
                     trimmed.add(f"line {number}", note)
                 if OPS_STREAM in parsed[1]:
@@ -377,6 +382,33 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
                 yield parsed
         bad.report("line(s) left out, not iteration lines")
         trimmed.report("line(s) with records left out")
+        twice.report("line(s) left out, iterations already read (the first line of each is kept)")
+
+
+class _Seen:
+    """Iteration indices read so far, as sorted ``[first, last]`` runs: one run for the
+    in-order lines jobprof writes, so memory does not grow with the run's length."""
+
+    def __init__(self) -> None:
+        self.runs: list[list[int]] = []
+
+    def add(self, index: int) -> bool:
+        """False if ``index`` was added before."""
+        runs = self.runs
+        if runs and runs[-1][1] + 1 == index:  # the usual case: the next one
+            runs[-1][1] = index
+            return True
+        at = bisect.bisect_right(runs, index, key=lambda run: run[0]) - 1
+        if at >= 0 and runs[at][0] <= index <= runs[at][1]:
+            return False
+        if at >= 0 and runs[at][1] + 1 == index:
+            runs[at][1] = index
+        else:
+            at += 1
+            runs.insert(at, [index, index])
+        if at + 1 < len(runs) and runs[at][1] + 1 == runs[at + 1][0]:
+            runs[at][1] = runs.pop(at + 1)[1]
+        return True
 
 
 def read_object(path: Path, fields: Mapping[str, tuple[tuple[type, ...], bool]] | None = None,

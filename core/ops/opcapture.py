@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -170,6 +171,7 @@ class OpCapture:
         experimental = torchapi.experimental_config(list(detail.cupti_metrics) if detail.cuda else [])
         self._config = torchapi.profiler_config(detail.shapes, experimental)
         self._activities = {ProfilerActivity.CPU}
+        self._activities_cpu = ProfilerActivity.CPU
         if detail.cuda:
             self._activities.add(ProfilerActivity.CUDA)
         self.state = "idle"  # idle -> capturing -> stopped
@@ -198,6 +200,32 @@ class OpCapture:
         self.scratch: Callable[[], Path] | None = None
         self.dropped_windows = 0
         self.outside = 0  # records that fell in no iteration (before the first one)
+        #: the thread that started the capture: Kineto's session lives in its thread-local state,
+        #: so only that thread may cut or stop it (another thread's disable crashed the process)
+        self.owner: int | None = None
+        self._owner_local = threading.local()
+        #: the session ended on another thread: the capturing thread stops at its next iteration
+        #: end (:meth:`stop_on_owner`), and says so here
+        self.stop_requested = False
+        self._owner_stopped = threading.Event()
+        #: the capturing thread ended (and the capture with it) while the session went on
+        self.owner_ended = False
+
+    def warm_up(self) -> None:
+        """Start and stop one empty Kineto session on this thread: the one that imported torch.
+
+        torch registers its Kineto client when it is loaded, and Kineto initialises that client
+        at its first session, printing ``ERROR: External init callback must run in same thread
+        as registerClient`` on the job's stderr when that session starts on another thread (a
+        job that trains in a thread).  A few ms, once, at torch's import."""
+        if os.getpid() != self._pid or self._autograd._profiler_enabled():
+            return
+        self.kineto_started = True
+        try:
+            self._autograd._prepare_profiler(self._config, {self._activities_cpu})
+            self._autograd._enable_profiler(self._config, {self._activities_cpu})
+        finally:
+            self._autograd._disable_profiler()
 
     # -- training thread -------------------------------------------------------------------
     def start(self) -> None:
@@ -215,6 +243,10 @@ class OpCapture:
                 self._window_ns = time.monotonic_ns()
                 self.kineto_started = True
                 self._enable_first()
+                self.owner = threading.get_ident()
+                # stopped on this thread as it ends (a training thread that returns), or its
+                # Kineto state dies with it and the process crashes at exit
+                self._owner_local.guard = _OwnerExit(self)
                 # blocks the program opened before the capture started (a loop-wide block)
                 # are recorded from here on, like the ones carried across a cut
                 self._started_ns = time.monotonic_ns()
@@ -230,7 +262,8 @@ class OpCapture:
         Iterations confirmed in a burst share one cut: a window already closed after
         ``until_ns`` covers them.
         """
-        if self.state != "capturing" or until_ns <= self._cut_ns or os.getpid() != self._pid:
+        if self.state != "capturing" or until_ns <= self._cut_ns or os.getpid() != self._pid \
+                or threading.get_ident() != self.owner:
             return
         with self._lock:
             if self.state != "capturing":
@@ -250,7 +283,12 @@ class OpCapture:
                 "overloaded?); those iterations have no operator files"]
 
     def stop(self) -> None:
-        """Disable Kineto for good (session end; the unfinished window is dropped)."""
+        """Disable Kineto for good (session end; the unfinished window is dropped).  From a
+        thread other than the capturing one, only asks (that thread stops it at its next
+        iteration end, or as it ends): Kineto's session lives in that thread's state."""
+        if self.state == "capturing" and not self.owns_thread() and os.getpid() == self._pid:
+            self.stop_requested = True
+            return
         with self._lock:
             self._shut()
             mine = os.getpid() == self._pid  # a forked child's copy names the parent's files
@@ -329,10 +367,11 @@ class OpCapture:
             atfork.exit_without_static_destructors()
         if self.state == "capturing":
             self.state = "stopped"
-            try:
-                self._autograd._disable_profiler()
-            except Exception:
-                pass
+            if self.owns_thread():  # fork copied only the calling thread
+                try:
+                    self._autograd._disable_profiler()
+                except Exception:
+                    pass
             self._python_flag(False)
 
     def _enable_first(self) -> None:
@@ -404,14 +443,40 @@ class OpCapture:
             self.dropped_windows += 1
         self._windows.append((result, offset, began, self._cut_ns))
 
+    def owns_thread(self) -> bool:
+        """Is this the thread whose operators the capture records (the one that started it)?"""
+        return self.owner is None or threading.get_ident() == self.owner
+
+    def stop_on_owner(self, timeout: float) -> bool:
+        """At the session's end on another thread while the capturing thread still runs (a
+        daemon thread training at exit): ask it to stop Kineto at its next iteration end and
+        wait up to ``timeout`` s.  False if it did not (its iterations are longer, or it is
+        blocked): Kineto's session stays open on it as the process ends, which is what a
+        daemon thread still computing at exit meets unprofiled too (torch aborts)."""
+        owner = self.owner
+        if self.state != "capturing" or self.owns_thread() or os.getpid() != self._pid \
+                or owner is None or not any(t.ident == owner for t in threading.enumerate()):
+            return True
+        self.stop_requested = True
+        return self._owner_stopped.wait(timeout) or self.state != "capturing"
+
+    def owner_exits(self) -> None:
+        """The capturing thread is ending (called on it): stop Kineto while its state lives."""
+        with self._lock:
+            if self.state == "capturing":
+                self.owner_ended = True
+                self._shut()
+
     def _shut(self) -> None:
-        """Disable Kineto if this process enabled it; remove the wrappers (lock held)."""
-        if self.state == "capturing" and os.getpid() == self._pid:
+        """Disable Kineto if this process enabled it, on the thread that did (from any other
+        the session is not found, or worse); remove the wrappers (lock held)."""
+        if self.state == "capturing" and os.getpid() == self._pid and self.owns_thread():
             try:
                 self._autograd._disable_profiler()
             except Exception:
                 pass
             self._python_flag(False)
+            self._owner_stopped.set()
         self.state = "stopped"
         self._remove_wrappers()
 
@@ -450,3 +515,19 @@ class OpCapture:
                                   self.detail.shapes, started))
             window.referenced = True
         return refs
+
+
+class _OwnerExit:
+    """Kept in the capturing thread's ``threading.local``: CPython drops it on that thread as
+    the thread ends, while its C++ thread-local state (Kineto's session) still exists."""
+
+    def __init__(self, capture: OpCapture) -> None:
+        self._capture = weakref.ref(capture)
+
+    def __del__(self) -> None:
+        capture = self._capture()
+        if capture is not None:
+            try:
+                capture.owner_exits()
+            except Exception:
+                pass

@@ -84,6 +84,9 @@ class Reporter:
         # the terminal but the line breaks the message is made of
         text = escape(text, keep_newlines=True)
         line = f"jobprof: {level}: {text}" if level else f"jobprof: {text}"
+        # every line of a message starts with the prefix, so that `grep -v ^jobprof:` or a log
+        # filter separates the job's own stderr from ours
+        line = line.replace("\n", "\njobprof: ")
         with self._lock:
             if line in self._seen:
                 return

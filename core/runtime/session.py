@@ -84,6 +84,8 @@ class Session:
         self._last_index = 0
         #: the operator capture's records failed to build: stop Kineto at the next cut
         self._ops_broken = False
+        #: an iteration ended on a thread the operator capture does not record: said once
+        self._other_thread_said = False
         manager.on_fail = self._end_failed_plugin
         os.register_at_fork(after_in_child=self._forked)
 
@@ -184,6 +186,7 @@ class Session:
         detail = attrs.evolve(self._ops_detail, cuda=cuda)
         try:
             ops = self.ops = OpCapture(torch, detail, self.reporter.warning)
+            ops.warm_up()
         except Exception as exc:  # a torch without the profiler API we use
             self.reporter.warning(f"operator capture unavailable on torch {torch.__version__}: {exc!r}")
             return
@@ -231,10 +234,23 @@ class Session:
                 self._own = [s for s in own if s[1] > end]
             ops = self.ops
             if ops is not None and self._ops_broken and ops.state == "capturing":
-                ops.stop()  # on the training thread, as Kineto needs
-            if ops is not None and ops.state == "capturing":
-                ops.cut(iteration.end_ns)
-                streams[OPS_STREAM] = partial(self._ops_windows, iteration.start_ns, iteration.end_ns)
+                ops.stop_requested = True  # stopped on its own thread, as Kineto needs (below)
+            if ops is not None and ops.state == "capturing" and ops.owns_thread():
+                if ops.stop_requested:
+                    ops.stop()  # the session is ending on another thread (see finish)
+                else:
+                    ops.cut(iteration.end_ns)
+                    streams[OPS_STREAM] = partial(self._ops_windows, iteration.start_ns, iteration.end_ns)
+            elif ops is not None and not ops.owns_thread() and not self._other_thread_said \
+                    and (ops.state == "capturing" or ops.owner_ended):
+                # Kineto records the thread that started it: another thread's operators are not
+                # captured, and its iterations get none (not the owner's, by time)
+                self._other_thread_said = True
+                self.reporter.warning(
+                    f"iterations end on more than one thread: the operator capture records the "
+                    f"thread that ran the first forward only; iterations ended on thread "
+                    f"'{threading.current_thread().name}' and other threads have no operator data "
+                    f"(from iteration {iteration.index})")
             # results arrive checked by the manager: {stream: [records] or a callable building
             # them on the sink thread}, streams owned
             for _, result in self.manager.iteration_end(self, iteration):
@@ -255,6 +271,18 @@ class Session:
             died = getattr(sys, "last_value", None)
             if isinstance(died, BaseException):
                 reason = f"exception: {type(died).__name__}"
+        if self.ops is not None and os.getpid() == self.pid and self.state in ("collecting", "stopped"):
+            # Kineto can be stopped only on the thread that started it; a daemon thread still
+            # training stops it at its next iteration end (outside the lock: it takes it there)
+            self.ops.stop_on_owner(OWNER_STOP_S)
+        if self.state == "collecting" and os.getpid() == self.pid and self.detector is not None:
+            # the detector's lock before the session's, as on the training thread (which holds
+            # the detector's while it hands an iteration over): a thread still training at
+            # exit deadlocked the other way round
+            try:
+                self.detector.flush()
+            except Exception as exc:
+                self.reporter.warning(f"could not close the last iteration: {exc!r}")
         with self._lock:
             if self.state not in ("collecting", "stopped") or os.getpid() != self.pid:
                 return
@@ -276,12 +304,6 @@ class Session:
             self._hurried = True
             if self.sink is not None:
                 self.sink.hurry(SIGTERM_RENDER_S)
-        live_before = self.state == "collecting"
-        try:
-            if live_before and self.detector is not None:
-                self.detector.flush()
-        except Exception as exc:
-            self.reporter.warning(f"could not close the last iteration: {exc!r}")
         self.state = "finished"
         if self.detector is not None:
             self.detector.uninstall()
@@ -524,6 +546,9 @@ class Session:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTERM)
 
+
+#: how long the session's end waits for a training thread that still runs to stop Kineto
+OWNER_STOP_S = 1.0
 
 #: exits after which the process is gone at once (besides ``os._exit(N)`` and SIGTERM)
 _HURRIED_EXITS = frozenset({"exec"})

@@ -20,6 +20,7 @@ unwritable) stops collection with one message that says which iterations were sa
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 from collections import deque
@@ -45,6 +46,9 @@ MAX_BACKLOG = 50_000
 #: when the disk is full (without them the profile reads as killed)
 RESERVE_NAME = ".reserve"
 RESERVE_BYTES = 64 * 1024
+#: errors that mean the output's disk has no room (a window that cannot be stored then stops
+#: collection; any other error stops only the operator capture)
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 #: how long rendering may go on after a SIGTERM (the rest is left to `jobprof export`)
 SIGTERM_RENDER_S = 1.0
 
@@ -181,11 +185,11 @@ class Sink:
             try:
                 built = records()
             except OSError as exc:
-                if owner is not None:
+                if owner is not None or exc.errno not in DISK_FULL:
                     self._drop(index, streams, stream, owner, exc)
                     continue
-                # the core's operator window could not be stored: the disk, not the stream;
-                # _flush_raw saves the iterations before this one and stops
+                # the core's operator window could not be stored for want of room: the disk,
+                # not the stream; _flush_raw saves the iterations before this one and stops
                 self._storage_error = (index, f"cannot write to {self.device_dir}: {exc.strerror or exc}")
                 return
             except Exception as exc:

@@ -14,6 +14,7 @@ from jobprof.analysis import breakdown, scale
 from jobprof.analysis.report import charts, scaled
 from jobprof.analysis.report.fmt import MS, PCT, cell, key, num, table
 from jobprof.analysis.selection import narrowed
+from jobprof.analysis.summary import process_marks
 
 STATS = ("mean", "median", "p95", "worst")
 #: sections the page places itself; every other one (third-party ones too) follows as a table
@@ -88,16 +89,21 @@ def _ranks(model: dict[str, Any]) -> str:
     if scale.many(model):
         return scaled.ranks_tables(model)
     rows = []
+    marked, notes = process_marks(ranks)
     for i, r in enumerate(ranks):
         its = r["iterations"]
         span = f"{its['first']}-{its['last']}" if its["count"] else "-"
-        rows.append([cell(r["rank"], key("ranks", i, "rank")), cell(r["device"], key("ranks", i, "device")),
+        rank = cell(r["rank"], key("ranks", i, "rank"))
+        if r["device"] in marked:  # the footnote's mark, after the number (kept machine-readable)
+            rank = rank.removesuffix("</td>") + "*</td>"
+        rows.append([rank, cell(r["device"], key("ranks", i, "device")),
                      cell(r["hostname"] or "N/A", ""),
                      cell(its["count"], key("ranks", i, "iterations", "count")),
                      cell(span, ""), cell(r["iteration_method"] or "N/A", ""),
                      cell("yes" if r["finished"] else "no (killed?)", "")])
     out = ['<h2 id="ranks">Ranks and iteration breakdown</h2>',
-           table(["rank", "device", "host", "iterations", "range", "found by", "finished"], rows, "ranks")]
+           table(["rank", "device", "host", "iterations", "range", "found by", "finished"], rows, "ranks"),
+           *(f'<p class="note">{escape(n)}</p>' for n in notes)]
     keys = ("iteration", *breakdown.PARTS)
     rows = []
     for i, r in enumerate(ranks):
