@@ -79,3 +79,14 @@ def test_summary_shows_control_characters_escaped(profile: Path) -> None:
     out = proc.stdout
     assert not [c for c in CONTROL if c in out + proc.stderr], [c for c in CONTROL if c in out]
     assert "\\x1b[2J\\x1b]0;pwned\\x07clear" in out and "\\u202eevil" in out, out
+
+
+def test_report_shows_control_characters_escaped(profile: Path, tmp_path: Path) -> None:
+    """Before (issue 29 item 10): raw ESC/BEL bytes inside a report cell (HTML-escaped, but a
+    terminal that shows the file acts on them)."""
+    out = tmp_path / "r.html"
+    proc = jobprof_cli("report", str(profile), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    page = out.read_text(encoding="utf-8")
+    assert not [c for c in CONTROL if c in page], [c for c in CONTROL if c in page]
+    assert "\\x1b[2J\\x1b]0;pwned\\x07clear" in page and "\\u202eevil" in page

@@ -15,6 +15,7 @@ from jobprof.analysis.report import charts, scaled
 from jobprof.analysis.report.fmt import MS, PCT, cell, key, num, table
 from jobprof.analysis.selection import narrowed
 from jobprof.analysis.summary import process_marks
+from jobprof.files.rawstore import escaped
 
 STATS = ("mean", "median", "p95", "worst")
 #: sections the page places itself; every other one (third-party ones too) follows as a table
@@ -226,9 +227,14 @@ def render(model: dict[str, Any], generated: str | None = None) -> str:
     body.append(_missing(model))
     nav.append(("missing", "Missing"))
     links = "".join(f'<a href="#{escape(a)}">{escape(t)}</a>' for a, t in nav)
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
             "style-src 'unsafe-inline'; img-src data:\">"
             '<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>jobprof report: {escape(model['prof_dir'])}</title><style>{CSS}</style></head>"
-            f"<body><main><nav>{links}</nav>{''.join(body)}</main></body></html>\n")
+            f"<body><main><nav>{links}</nav>{''.join(body)}</main></body></html>")
+    # names the job controls (record_function, NVTX) may hold control characters: shown as
+    # \xNN in the page (and never acting on a terminal that `cat`s the file); the page's own
+    # markup has only line breaks
+    return "\n".join(map(escaped, page.split("\n"))) + "\n"
+
