@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -515,3 +517,56 @@ def test_duplicated_raw_lines_are_counted_once_and_said(profile: Path, tmp_path:
     assert rank["iterations"] == {"count": 3, "first": 1, "last": 3, "gaps": []}, rank
     said = [ln for ln in proc.stderr.splitlines() if "iterations already read" in ln]
     assert len(said) == 1 and "3 line(s) left out" in said[0], proc.stderr
+
+
+# --- item 10: summary's workers end with it ----------------------------------------------------
+
+def _many_real_devices(profile: Path, tmp_path: Path, count: int) -> Path:
+    prof = copy_of(profile, tmp_path)
+    (prof / "device_0" / "data" / "facts.0.json").unlink(missing_ok=True)
+    for device in range(1, count):
+        target = prof / f"device_{device}"
+        shutil.copytree(prof / "device_0", target)
+        for path in list(target.iterdir()):
+            if path.is_file() and (".0." in path.name or path.name.endswith(".0")):
+                path.rename(target / path.name.replace(".0", f".{device}", 1))
+    return prof
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.add(int(stat_file.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_summary_ends_its_workers(profile: Path, tmp_path: Path, sig: int) -> None:
+    """Before (issue 29 item 10): Ctrl-C did not stop `summary` on a large folder, and after a
+    SIGTERM its workers ran on with PPID 1."""
+    prof = _many_real_devices(profile, tmp_path, 400)
+    exe = Path(sys.executable).with_name("jobprof")
+    proc = subprocess.Popen([str(exe), "summary", "--jobs", "2", str(prof)], env=clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(workers) >= 2, "the workers never started"
+    time.sleep(1)  # they are reducing ranks now
+    assert proc.poll() is None, "summary ended before it could be interrupted"
+    proc.send_signal(sig)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGTERM), (proc.returncode, err)
+    if sig == signal.SIGINT:
+        assert "interrupted" in err and "Traceback" not in err, err
+    deadline = time.monotonic() + 10
+    while (alive := [w for w in workers if Path(f"/proc/{w}").exists()
+                     and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[:1]]) \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive, f"workers still running after the command ended: {alive}"

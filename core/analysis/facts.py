@@ -29,6 +29,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import signal
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -301,10 +303,35 @@ def _local(tasks: list[Task], jobs: int,
     from multiprocessing import get_context
 
     # spawn: a fresh interpreter per worker (a forked copy of a process with threads may hang)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                               initializer=_worker_start)
+    try:
         futures = [pool.submit(_task, *t) for t in tasks]
         for future in progress(futures, len(futures), "ranks"):
             yield future.result()
+    except BaseException:
+        # Ctrl-C, a failed rank, the reader gone: the workers end now, not after their queue
+        # (shutdown alone waits for the ranks already running)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def _worker_start() -> None:
+    """In each worker: Ctrl-C is the command's to handle (it ends the workers), and a worker
+    dies with the command (SIGTERM, SIGKILL), never left running on its own (Linux)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() == 1:  # the command was gone before the line above
+            os._exit(1)
 
 
 def _sees(prof_dir: str) -> bool:

@@ -49,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (FileNotFoundError, NotADirectoryError) as exc:
             print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
             return 1
+        except KeyboardInterrupt:  # Ctrl-C: the workers are ended already (facts._local)
+            print(f"jobprof {args.command}: interrupted", file=sys.stderr)
+            return 130
         except BrokenPipeError:  # `jobprof plugins --json | head`: the reader left, not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 141
