@@ -146,7 +146,7 @@ def test_finished_iterations_survive_os_exit_and_exec(runner: Runner, how: str) 
     assert all(r["distributed"] is False for r in ranks)
     if how == "exec":  # one process, two images: said
         text = jobprof_cli("summary", str(runner.out)).stdout
-        assert f"devices 0, 1 are one process (pid {ranks[0]['pid']})" in text, text
+        assert f"devices 0, 1 have one process id (pid {ranks[0]['pid']})" in text, text
 
 
 # Training off the main thread: in one thread, in two threads with a loop each, in a daemon

@@ -155,6 +155,6 @@ def process_marks(ranks: list[dict[str, Any]]) -> tuple[set[int], list[str]]:
             by_pid.setdefault(r["pid"], []).append(r["device"])
     for pid, devices in by_pid.items():
         if len(devices) > 1:
-            notes.append(f"devices {', '.join(map(str, devices))} are one process (pid {pid}): the "
-                         "program exec'd itself, and each image was profiled")
+            notes.append(f"devices {', '.join(map(str, devices))} have one process id (pid {pid}): "
+                         "a program that exec'd itself, each image profiled (or a pid reused)")
     return marked, notes
