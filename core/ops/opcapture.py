@@ -171,7 +171,6 @@ class OpCapture:
         experimental = torchapi.experimental_config(list(detail.cupti_metrics) if detail.cuda else [])
         self._config = torchapi.profiler_config(detail.shapes, experimental)
         self._activities = {ProfilerActivity.CPU}
-        self._activities_cpu = ProfilerActivity.CPU
         if detail.cuda:
             self._activities.add(ProfilerActivity.CUDA)
         self.state = "idle"  # idle -> capturing -> stopped
@@ -221,9 +220,10 @@ class OpCapture:
         if os.getpid() != self._pid or self._autograd._profiler_enabled():
             return
         self.kineto_started = True
+        cpu = {self._autograd.ProfilerActivity.CPU}
         try:
-            self._autograd._prepare_profiler(self._config, {self._activities_cpu})
-            self._autograd._enable_profiler(self._config, {self._activities_cpu})
+            self._autograd._prepare_profiler(self._config, cpu)
+            self._autograd._enable_profiler(self._config, cpu)
         finally:
             self._autograd._disable_profiler()
 

@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-#: the functions wrapped, by name; the originals are kept to undo the wrapping
+#: the real functions, by name, once wrapped (install is idempotent)
 _WRAPPED: dict[str, Callable[..., Any]] = {}
 
 
@@ -58,13 +58,3 @@ def install(before: Callable[[str], None], pid: int) -> bool:
     wrap("execve", lambda *_a, **_k: "exec")
     return bool(_WRAPPED)
 
-
-def uninstall() -> None:
-    """Put the real functions back (tests; a session that ended has nothing left to do)."""
-    posix = sys.modules.get("posix")
-    for name, real in _WRAPPED.items():
-        current = getattr(os, name, None)
-        setattr(os, name, real)
-        if posix is not None and getattr(posix, name, None) is current:
-            setattr(posix, name, real)
-    _WRAPPED.clear()

@@ -184,6 +184,12 @@ class Sink:
                 return  # nothing more is saved (see _flush_raw)
             try:
                 built = records()
+                if not isinstance(built, list):
+                    raise TypeError(f"returned {type(built).__name__}, not a list")
+                if built:
+                    streams[stream] = built  # type: ignore[index]
+                else:  # nothing this iteration: no empty stream in the raw line
+                    del streams[stream]  # type: ignore[attr-defined]
             except OSError as exc:
                 if owner is not None or exc.errno not in DISK_FULL:
                     self._drop(index, streams, stream, owner, exc)
@@ -192,16 +198,6 @@ class Sink:
                 # not the stream; _flush_raw saves the iterations before this one and stops
                 self._storage_error = (index, f"cannot write to {self.device_dir}: {exc.strerror or exc}")
                 return
-            except Exception as exc:
-                self._drop(index, streams, stream, owner, exc)
-                continue
-            try:
-                if not isinstance(built, list):
-                    raise TypeError(f"returned {type(built).__name__}, not a list")
-                if built:
-                    streams[stream] = built  # type: ignore[index]
-                else:  # nothing this iteration: no empty stream in the raw line
-                    del streams[stream]  # type: ignore[attr-defined]
             except Exception as exc:
                 self._drop(index, streams, stream, owner, exc)
 
@@ -226,10 +222,11 @@ class Sink:
         for index, streams, _ in batch:
             self._resolve(index, streams)
         unsaved: list[int] = []
+        failure = ""
         if self._storage_error is not None:
             # an iteration's operator window could not be stored: the iterations before it are
             # whole and written; it and the rest are not saved
-            cut = self._storage_error[0]
+            cut, failure = self._storage_error
             unsaved = [i for i, _, _ in batch if i >= cut]
             batch = [b for b in batch if b[0] < cut]
         try:
@@ -248,7 +245,7 @@ class Sink:
                 self._note_unrendered(self._todo.popleft()[0])
                 self.deferred += 1
             if unsaved:
-                self._fail(self._storage_error[1] if self._storage_error else "", unsaved)
+                self._fail(failure, unsaved)
         except OSError as exc:
             self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}",
                        [i for i, _, _ in batch])
