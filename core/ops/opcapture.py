@@ -94,32 +94,52 @@ class Detail:
 
 class _OpenBlocks:
     """Tracks the ``record_function`` blocks open right now (any thread), so a cut can close
-    and reopen them.  Installed on the class: blocks created before start are covered."""
+    and reopen them.  Installed on the class: blocks created before start are covered.
+
+    A data descriptor for the instance's ``record`` (its RecordFunction handle) rather than
+    wrappers of ``__enter__``/``__exit__``: a block is open once ``__enter__`` stored a handle,
+    and its end begins when ``__exit__`` (or ``_call_end_callbacks_on_future``, which hands
+    the end to a future) reads it.  No jobprof frame is on the stack when torch's own code
+    raises there, so the program's tracebacks are the ones it has unprofiled.  The value
+    stays in the instance ``__dict__`` (copy, pickle, ``vars`` see what they see unprofiled).
+    """
 
     def __init__(self, cls: Any) -> None:
         self.cls = cls
         self.open: dict[int, Any] = {}
-        self._enter, self._exit = cls.__dict__["__enter__"], cls.__dict__["__exit__"]
-        tracker, original_enter, original_exit = self, self._enter, self._exit
-
-        def __enter__(self: Any) -> Any:
-            result = original_enter(self)
-            tracker.open[id(self)] = self
-            return result
-
-        def __exit__(self: Any, *exc: Any) -> Any:
-            tracker.open.pop(id(self), None)
-            return original_exit(self, *exc)
-
-        self._wrapped = (__enter__, __exit__)
-        cls.__enter__, cls.__exit__ = __enter__, __exit__
+        self._slot = _RecordSlot(self.open)
+        self._had = "record" in cls.__dict__
+        if not self._had:  # the class has no such attribute on any torch so far
+            cls.record = self._slot
 
     def remove(self) -> None:
-        enter, exit_ = self._wrapped
-        if self.cls.__dict__.get("__enter__") is enter:
-            self.cls.__enter__ = self._enter
-        if self.cls.__dict__.get("__exit__") is exit_:
-            self.cls.__exit__ = self._exit
+        if not self._had and self.cls.__dict__.get("record") is self._slot:
+            del self.cls.record
+
+
+class _RecordSlot:
+    """``record_function.record`` while jobprof runs (see :class:`_OpenBlocks`)."""
+
+    def __init__(self, open_blocks: dict[int, Any]) -> None:
+        self.open = open_blocks
+
+    def __get__(self, block: Any, owner: Any = None) -> Any:
+        if block is None:  # as a property does: TorchScript's compiler reads every class attribute
+            return self
+        record = block.__dict__.get("record")
+        self.open.pop(id(block), None)  # the block ends (or its end moves to a future)
+        if record is None and "record" not in block.__dict__:
+            raise AttributeError(f"'{type(block).__name__}' object has no attribute 'record'")
+        return record
+
+    def __set__(self, block: Any, record: Any) -> None:
+        block.__dict__["record"] = record
+        if record is not None:
+            self.open[id(block)] = block
+
+    def __delete__(self, block: Any) -> None:
+        self.open.pop(id(block), None)
+        del block.__dict__["record"]
 
 
 #: slack around a window's [first, last] when matching it to iterations: Kineto's wall clock is
@@ -306,11 +326,19 @@ class OpCapture:
         originals = {name: getattr(module, name) for name in ("_prepare_profiler", "_enable_profiler")
                      if callable(getattr(module, name, None))}
 
+        pending: list[Any] = []  # blocks ended in our window, waiting for the program's session
+
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             def call(*args: Any, **kwargs: Any) -> Any:
-                blocks = capture._yield()
+                pending.extend(capture._yield())
                 result = original(*args, **kwargs)
-                capture._reopen(blocks)  # continue the program's open blocks under its own session
+                if original.__name__ == "_enable_profiler":
+                    # continue the program's open blocks under its own session, once it records
+                    # (reopened after _prepare_profiler, they began before it and were lost)
+                    blocks, pending[:] = pending[:], []
+                    capture._reopen(blocks)
+                    if capture.state == "stopped":
+                        capture._remove_wrappers()
                 return result
 
             call.__wrapped__ = original  # type: ignore[attr-defined]
@@ -344,16 +372,21 @@ class OpCapture:
             except Exception:
                 pass
             self.state = "stopped"
-            self._remove_wrappers()
+            # the wrappers of _prepare/_enable_profiler stay until the program's session is
+            # enabled: the blocks are reopened then (:meth:`_install_yield`)
+            self._untrack_blocks()
             self.error = ("the program started torch.profiler itself: jobprof's operator capture "
                           "gave way (operator files end at the last iteration before it)")
         self._warn(self.error)
         return blocks
 
-    def _remove_wrappers(self) -> None:
+    def _untrack_blocks(self) -> None:
         if self._blocks is not None:
             self._blocks.remove()
             self._blocks = None
+
+    def _remove_wrappers(self) -> None:
+        self._untrack_blocks()
         restore, self._restore_yield = self._restore_yield, None
         if restore is not None:
             restore()
@@ -408,13 +441,16 @@ class OpCapture:
         """End ``record_function`` blocks in the current Kineto session."""
         exit_op = self._ops._record_function_exit._RecordFunction
         for block in blocks:
-            exit_op(block.record)
+            exit_op(block.__dict__["record"])  # not block.record: reading it means "ended"
 
     def _reopen(self, blocks: list[Any]) -> None:
         """Continue ``record_function`` blocks, same name, under the session now active."""
         enter_op = self._ops._record_function_enter_new
+        tracked = self._blocks
         for block in blocks:
-            block.record = enter_op(block.name, block.args)
+            # not one another thread's __exit__ took meanwhile (untracked after a yield: all)
+            if tracked is None or id(block) in tracked.open:
+                block.record = enter_op(block.name, block.args)
 
     def _swap(self) -> None:
         blocks = self._open_blocks()
