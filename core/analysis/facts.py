@@ -31,7 +31,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,20 +104,45 @@ def _ms(ns: int | None) -> float | None:
     return None if ns is None else ns / 1e6
 
 
+#: an iteration's parts in ns (None where unknown), in :data:`breakdown.PARTS` order, and how
+#: each uncertain one was found: compact, the profiled job keeps one per iteration until exit
+Parts = tuple[tuple[int | None, ...], dict[str, str]]
+#: the few distinct bases, shared by the iterations that have them
+_BASES: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+
+
+def iteration_parts(manager: PluginManager, streams: Mapping[str, list[Any]]) -> Parts | None:
+    """The parts of the iteration whose raw ``streams`` these are (None without its record):
+    what the plugins' ``jobprof_iteration_spans`` answers paint.  The profiled job's exporter
+    asks it of each iteration with operators as it renders it (:func:`write`'s ``known``)."""
+    records = streams.get(rawstore.ITERATION_STREAM) or []
+    if not records:
+        return None
+    it = Iteration.from_record(records[0])
+    answers = manager.iteration_spans(it, streams)
+    spans = breakdown.collect(a for _, a in answers)
+    if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
+        spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
+    parts, basis = breakdown.paint(it, spans)
+    return tuple(parts[p] for p in breakdown.PARTS), _BASES.setdefault(tuple(sorted(basis.items())), basis)
+
+
 def iteration_rows(profile: Profile, manager: PluginManager, device: int,
-                   progress: Progress = quiet) -> Iterator[dict[str, Any]]:
-    """One row per selected iteration of ``device``: its time and parts in ms, and their basis."""
+                   progress: Progress = quiet, known: Mapping[int, Parts] | None = None
+                   ) -> Iterator[dict[str, Any]]:
+    """One row per selected iteration of ``device``: its time and parts in ms, and their basis.
+    ``known``: parts already computed, by iteration (their operator windows are not read)."""
     rank = profile.rank(device)
-    for index, streams in progress(profile.streams(device), None, f"rank {rank}"):
+    known = known or {}
+    for index, streams in progress(profile.streams(device, skip_ops=known), None, f"rank {rank}"):
         records = streams.get(rawstore.ITERATION_STREAM) or []
         if not records:
             continue
         it = Iteration.from_record(records[0])
-        answers = manager.iteration_spans(it, streams)
-        spans = breakdown.collect(a for _, a in answers)
-        if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
-            spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
-        parts, basis = breakdown.paint(it, spans)
+        found = known.get(index) or iteration_parts(manager, streams)
+        assert found is not None  # the iteration record is there
+        values, basis = found
+        parts = dict(zip(breakdown.PARTS, values, strict=True))
         yield {"rank": rank, "device": device, "iteration": index, "start_ns": it.start_ns,
                "skipped": it.skipped, "iteration_ms": _ms(it.end_ns - it.start_ns),
                **{f"{p}_ms": _ms(v) for p, v in parts.items()}, "_basis": basis}
@@ -167,12 +192,14 @@ def plugin_keys(manager: PluginManager) -> list[str]:
 
 
 def reduce_device(profile: Profile, manager: PluginManager, device: int,
-                  progress: Progress = quiet, tables: bool = True) -> Facts:
+                  progress: Progress = quiet, tables: bool = True,
+                  known: Mapping[int, Parts] | None = None) -> Facts:
     """One device's facts, computed from its raw data (``profile`` holds that device);
-    ``tables``: with ``jobprof diff``'s tables (key ``diff_tables``)."""
+    ``tables``: with ``jobprof diff``'s tables (key ``diff_tables``); ``known``: as
+    :func:`iteration_rows` takes it."""
     problems: list[str] = []
     with rawstore.reporting(problems.append):
-        rows = list(iteration_rows(profile, manager, device, progress))
+        rows = list(iteration_rows(profile, manager, device, progress, known))
         entry = rank_entry(profile, device, rows)
         iterations = list(profile.records(rawstore.ITERATION_STREAM, device))
         plugins = {name: value for name, value in manager.rank_facts(profile, device)}
@@ -251,9 +278,12 @@ def read_cached(profile: Profile, device: int, keys: list[str], tables: bool = F
     return facts
 
 
-def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None = None) -> list[Path]:
+def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None = None,
+          known: Mapping[int, Mapping[int, Parts]] | None = None) -> list[Path]:
     """Compute and keep the facts of ``devices`` (default every one) of a whole profile; the
-    exporter's last step.  A device whose facts cannot be written is named and skipped."""
+    exporter's last step.  A device whose facts cannot be written is named and skipped.
+    ``known``: by device, the parts of the iterations the exporter computed as it rendered
+    them (a job's exit then reads no operator window a second time)."""
     written = []
     for device in devices if devices is not None else Profile(prof_dir).all_devices:
         profile = Profile(prof_dir, device=device)
@@ -262,7 +292,7 @@ def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None 
             continue  # nothing jobprof wrote is there (its readers name the folder)
         # stamped before the read: a change meanwhile makes the file stale, not wrong
         key = stamp(folder, plugin_keys(manager))
-        facts = _plain(reduce_device(profile, manager, device))
+        facts = _plain(reduce_device(profile, manager, device, known=(known or {}).get(device)))
         target = path(folder, device)
         try:
             fsio.atomic_write(target, file_text(key, facts), root=profile.path)

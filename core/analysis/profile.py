@@ -11,7 +11,7 @@ cache, which keeps memory bounded on long runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -136,14 +136,16 @@ class Profile:
             self.records(rawstore.ITERATION_STREAM, device)
         return [Iteration.from_record(r) for r in records]
 
-    def streams(self, device: int) -> Iterator[tuple[int, dict[str, list[Any]]]]:
+    def streams(self, device: int,
+                skip_ops: Container[int] = ()) -> Iterator[tuple[int, dict[str, list[Any]]]]:
         """Each selected iteration's raw streams as stored, ``(index, {stream: records})``: for
         streams whose records are lists (``ops``) or when an iteration's streams are read together.
-        A complete pass also fills the cache :meth:`records` reads from."""
+        A complete pass also fills the cache :meth:`records` reads from.  ``skip_ops``: iterations
+        given without their ``ops`` stream (their operator windows are not read)."""
         filling = device not in self._complete
         cache: dict[str, list[Any]] = {}
-        heavy: set[str] = set()
-        for index, streams in rawstore.read(self._devices[device]):
+        heavy: set[str] = {rawstore.OPS_STREAM} if skip_ops else set()  # not cached with gaps
+        for index, streams in rawstore.read(self._devices[device], skip_ops):
             if not self.selection.has_iteration(index):
                 continue
             if filling:

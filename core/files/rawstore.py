@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
@@ -343,8 +343,9 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
             problem(f"{windows.data_dir}: {where}: {text}")
 
 
-def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
-    """Every complete iteration on disk, in order: ``(index, {stream: records})``.
+def read(device_dir: Path, skip_ops: Container[int] = ()) -> Iterator[tuple[int, dict[str, list[Any]]]]:
+    """Every complete iteration on disk, in order: ``(index, {stream: records})``; those in
+    ``skip_ops`` without their ``ops`` stream (its operator windows are not read).
 
     Streams one segment at a time, so memory stays bounded by a segment.  A line that is not a
     valid iteration line is left out (a last line cut without its newline silently: that is
@@ -377,8 +378,11 @@ def read(device_dir: Path) -> Iterator[tuple[int, dict[str, list[Any]]]]:
                 if note:
                     trimmed.add(f"line {number}", note)
                 if OPS_STREAM in parsed[1]:
-                    windows = windows or kinetotrace.Windows(segment.parent)
-                    _resolve_ops(parsed[1], windows, f"line {number}", trimmed)
+                    if parsed[0] in skip_ops:
+                        del parsed[1][OPS_STREAM]
+                    else:
+                        windows = windows or kinetotrace.Windows(segment.parent)
+                        _resolve_ops(parsed[1], windows, f"line {number}", trimmed)
                 yield parsed
         bad.report("line(s) left out, not iteration lines")
         trimmed.report("line(s) with records left out")

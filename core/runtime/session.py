@@ -350,11 +350,19 @@ class Session:
         try:
             from jobprof.analysis import facts  # the analysis side: only at exit
 
-            facts.write(self.job_dir, self.manager,
-                        devices=[device])
+            known = {device: self.sink.parts} if self.sink is not None else None
+            facts.write(self.job_dir, self.manager, devices=[device], known=known)
         except Exception as exc:  # a cache: the job's exit never fails for it
             self.reporter.warning(f"could not write the facts file in {self.device_dir}: {exc!r} "
                                   "(summary and report will read the raw data instead)")
+
+    def _parts_of(self, streams: Mapping[str, list[Any]]) -> Any:
+        """An iteration's summary parts, asked by the exporter as it renders one with operators
+        (sink thread): the facts file written at exit takes them instead of reading its operator
+        windows again, which cost as much as rendering them."""
+        from jobprof.analysis import facts
+
+        return facts.iteration_parts(self.manager, streams)
 
     # -- internals -------------------------------------------------------------------------
     def _go_live(self) -> bool:
@@ -386,7 +394,7 @@ class Session:
                                               on_ageing=self.reporter.warning)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
-                             self.manager.is_active, self._core_stream_failed)
+                             self.manager.is_active, self._core_stream_failed, self._parts_of)
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False

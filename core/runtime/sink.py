@@ -60,8 +60,13 @@ class Sink:
                  on_fatal: Callable[[str], None],
                  stream_owner: Callable[[str], str | None] = lambda stream: None,
                  plugin_alive: Callable[[str], bool] = lambda plugin: True,
-                 on_core_error: Callable[[str, int, str], None] | None = None) -> None:
+                 on_core_error: Callable[[str, int, str], None] | None = None,
+                 parts_of: Callable[[Mapping[str, list[Any]]], Any] | None = None) -> None:
         self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
+        #: asked of each rendered iteration with operators: its summary parts, kept in
+        #: :attr:`parts` (the facts written at exit then read no operator window again)
+        self._parts_of = parts_of
+        self.parts: dict[int, Any] = {}
         self.budget = budget
         self._on_plugin_error, self._on_fatal, self._stream_owner = on_plugin_error, on_fatal, stream_owner
         self._plugin_alive = plugin_alive
@@ -272,6 +277,13 @@ class Sink:
             streams = rawstore.read_at(where, self._windows)
             if streams is None:
                 return
+            if self._parts_of is not None and streams.get(rawstore.OPS_STREAM):
+                try:
+                    found = self._parts_of(streams)  # before the writers: they may change records
+                    if found is not None:
+                        self.parts[index] = found
+                except Exception:
+                    pass  # the facts compute it from the raw data instead
             writers = [(p, spec) for p, spec in self.writers
                        if (p in active or p == export.CORE) and p not in self._render_failed]
             for path, size in export.render_iteration(self.device_dir, self.meta, streams, writers,

@@ -1,0 +1,66 @@
+"""An iteration of very many tiny operators (issue 29 item 10: 200k of them turned a 2.7 s job
+into 123 s with the operator tier).  What it costs is measured in ``bench/`` (``bigop``); here,
+what makes it cost once: each operator window is decoded once in the profiled process, and the
+facts the job writes at exit are the ones the commands compute from its raw data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import Runner, jobprof_cli
+
+pytestmark = pytest.mark.torch_versions
+
+# one iteration of N in-place negations between two ordinary ones; every decode of an operator
+# window in this process is logged (the session's exporter and its exit-time facts alike)
+BIG_ITERATION_JOB = """
+import os, sys, torch
+from jobprof.files import kinetotrace
+
+log = open(os.environ["DECODE_LOG"], "a")
+decode = kinetotrace.Windows._load
+
+def counted(self, name, offset_ns, shapes):
+    if name not in self._cache:
+        log.write(name + "\\n"); log.flush()
+    return decode(self, name, offset_ns, shapes)
+
+kinetotrace.Windows._load = counted
+n = int(sys.argv[1])
+model, x = torch.nn.Linear(4, 4), torch.zeros(4)
+for step in range(3):
+    out = model(torch.randn(2, 4)).sum()
+    if step == 1:
+        for _ in range(n):
+            x.neg_()
+    out.backward()
+print("done", float(x[0]))
+"""
+
+
+def test_a_big_iteration_decodes_each_window_once_and_keeps_the_same_facts(
+        runner: Runner, tmp_path: Path) -> None:
+    log = tmp_path / "decoded.txt"
+    log.touch()
+    script = runner.script(BIG_ITERATION_JOB)
+    proc = runner.run(script, {"training_trace": "on", "task_trace": "on"}, args=["20000"],
+                      env={"DECODE_LOG": str(log)}, timeout=300)
+    assert "done" in proc.stdout
+    decoded = log.read_text().split()
+    assert decoded, "no operator window was read"
+    # before: every window decoded again by the facts written at exit
+    assert len(decoded) == len(set(decoded)), decoded
+    device = runner.device_dir()
+    summaries = sorted((device / "summary").glob("op_summary_*.csv"))
+    assert [p.read_text().count("aten::neg_") for p in summaries] == [0, 20000, 0]
+    # the facts written at exit (parts the exporter computed) = computed from the raw data
+    from_facts = jobprof_cli("summary", "--json", str(device.parent))
+    (device / "data" / "facts.0.json").unlink()
+    from_raw = jobprof_cli("summary", "--json", str(device.parent))
+    assert from_facts.returncode == from_raw.returncode == 0, from_raw.stderr
+    assert json.loads(from_facts.stdout) == json.loads(from_raw.stdout)
+    rows = json.loads(from_raw.stdout)["ranks"][0]
+    assert rows["iterations"]["count"] == 3
