@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import analysis
+import bigop
 import ddp
 import dp
 import export_rate
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
     parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp",
                                            "hccl-cost", "optier", "optier-memory", "optier-vs-torch",
-                                           "fusion-op", "export", "analysis"],
+                                           "fusion-op", "export", "analysis", "bigop"],
                         help="run one benchmark (optier-memory: full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
@@ -102,6 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-iterations", type=int,
                         help="iterations of the profile export re-renders (default 100, quick 20; "
                         "quick leaves out the aic_metrics case)")
+    parser.add_argument("--bigop-rounds", type=int, help="bigop rounds of 3 arms (default 3, quick 1)")
+    parser.add_argument("--bigop-operators", type=int, default=200_000,
+                        help="bigop: operators in the big iteration (default 200000)")
     parser.add_argument("--analysis-cache", metavar="DIR",
                         help="analysis: keep the generated profile here and reuse it (default: a temp dir)")
     parser.add_argument("--analysis-repeats", type=int,
@@ -208,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
             report["export"] = result
             table += export_rate.rows(result)
             notes += export_rate.notes(result)
+        if args.only in (None, "bigop"):
+            with measured() as result:
+                result.update(bigop.run(args.bigop_rounds or (1 if args.quick else 3), args.bigop_operators))
+            report["bigop"] = result
+            table += bigop.rows(result)
         if args.only in (None, "analysis"):
             with measured() as result:
                 its, ranks = ((analysis.QUICK_ITERATIONS, analysis.QUICK_RANKS) if args.quick
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
     for name in ("startup", "steps", "tier", "dp", "mstx", "ddp", "hccl-cost", "hotpath", "hotpath_tier",
-                 "optier", "optier-memory", "fusion-op", "export", "analysis"):
+                 "optier", "optier-memory", "fusion-op", "export", "bigop", "analysis"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work
