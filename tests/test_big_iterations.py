@@ -64,3 +64,29 @@ def test_a_big_iteration_decodes_each_window_once_and_keeps_the_same_facts(
     assert json.loads(from_facts.stdout) == json.loads(from_raw.stdout)
     rows = json.loads(from_raw.stdout)["ranks"][0]
     assert rows["iterations"]["count"] == 3
+
+
+def test_rendering_an_iteration_leaves_no_cycle_behind(runner: Runner, tmp_path: Path) -> None:
+    """What the writers memoise refers back to the export context: before, every rendered
+    iteration's operators stayed alive until Python's cyclic collector came by."""
+    import gc
+
+    from conftest import loaded_manager
+    from jobprof.files import export, rawstore
+
+    runner.run(runner.script(BIG_ITERATION_JOB), {"training_trace": "on", "task_trace": "on"},
+               args=["2000"], env={"DECODE_LOG": str(tmp_path / "decoded.txt")}, timeout=300)
+    device = runner.device_dir()
+    meta = export.read_meta(device)
+    writers = export.writers_for(loaded_manager(), meta.config)
+    (streams,) = [s for index, s in rawstore.read(device) if index == 2]
+    errors: list[str] = []
+    gc.collect()
+    gc.disable()
+    try:
+        written = export.render_iteration(device, meta, streams, writers, lambda p, e: errors.append(e))
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert written and not errors
+    assert found == 0, f"{found} objects were kept alive only by reference cycles"
