@@ -90,3 +90,32 @@ def test_rendering_an_iteration_leaves_no_cycle_behind(runner: Runner, tmp_path:
         gc.enable()
     assert written and not errors
     assert found == 0, f"{found} objects were kept alive only by reference cycles"
+
+
+# the exit-time export pauses Python's cyclic collector: what the program leaves in cycles is
+# still collected (its finalizers print) exactly as unprofiled
+CYCLE_AT_EXIT_JOB = """
+import gc, torch
+
+class Node:
+    def __init__(self, name):
+        self.name, self.peer = name, None
+    def __del__(self):
+        print("finalized", self.name, gc.isenabled(), flush=True)
+
+model = torch.nn.Linear(4, 4)
+for _ in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+a, b = Node("a"), Node("b")
+a.peer, b.peer = b, a
+del a, b
+print("end of program", gc.isenabled(), flush=True)
+"""
+
+
+def test_the_programs_cycles_are_collected_at_exit_as_unprofiled(runner: Runner) -> None:
+    script = runner.script(CYCLE_AT_EXIT_JOB)
+    plain = runner.run(script, mode=None)
+    profiled = runner.run(script, {"training_trace": "on", "task_trace": "on"})
+    assert plain.stdout.splitlines() == ["end of program True", "finalized a True", "finalized b True"]
+    assert profiled.stdout == plain.stdout
