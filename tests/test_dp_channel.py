@@ -38,7 +38,9 @@ if __name__ == "__main__":
     model = torch.nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = iter(DataLoader(Slow(), batch_size=4, num_workers=2, multiprocessing_context=sys.argv[1]))
-    (sync / "ready").write_text(str(os.getpid()))  # workers started, channel open
+    # workers started, channel open; renamed into place: the test reads it once it exists
+    (sync / "ready.tmp").write_text(str(os.getpid()))
+    os.replace(sync / "ready.tmp", sync / "ready")
     deadline = time.monotonic() + 60
     while not (sync / "go").exists() and time.monotonic() < deadline:
         time.sleep(0.01)
