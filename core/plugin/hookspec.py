@@ -262,8 +262,9 @@ def jobprof_iteration_spans(iteration: Iteration, streams: Mapping[str, list]) -
     Called once per stored iteration with its raw streams: in the profiled job, on its
     exporter thread, as an iteration with operators is rendered (the facts file written at exit
     keeps the result), and by ``jobprof summary`` / ``report`` for the others; so it must be a
-    pure function of its arguments.  Times are the profiled process's ``monotonic_ns``.  The core paints the iteration with
-    these spans into the breakdown of :mod:`jobprof.analysis.breakdown`.  Categories it understands:
+    pure function of its arguments.  Times are the profiled process's ``monotonic_ns``.  The
+    core paints the iteration with these spans into the breakdown of
+    :mod:`jobprof.analysis.breakdown`.  Categories it understands:
     ``data_wait`` (the loop waited for input), ``compute`` (operators ran), ``communication``
     (collectives were in flight), ``communication_blocking`` (collectives the loop is known to
     have waited for; used when nobody reports ``compute``), ``forward_backward`` and
