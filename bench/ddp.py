@@ -96,7 +96,7 @@ def _drain(capture: Any, calls: int) -> list[dict[str, Any]]:
         def take() -> list[dict[str, Any]]:
             return capture.take(0, 2**63)
     else:  # take(iteration)
-        from jobprof.plugin.types import Iteration
+        from jobprof.plugin.values import Iteration
 
         everything = Iteration(index=1, start_ns=0, end_ns=2**63, method="bench")
 

@@ -38,7 +38,7 @@ TARGET_ROWS_PER_S = 100_000
 OPTIONS = {"training_trace": "on", "task_trace": "on"}
 METRIC_GROUP = "PipeUtilization"
 ROWS_WRITER = "op_summary.csv"
-SHARED = "optree.view (shared)"
+SHARED = "opview.view (shared)"
 
 
 def metric_group_available(name: str = METRIC_GROUP) -> str | None:
@@ -57,8 +57,8 @@ def metric_group_available(name: str = METRIC_GROUP) -> str | None:
 def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) -> dict[str, Any]:
     from jobprof.files import rawstore
     from jobprof.files.fsio import atomic_write
-    from jobprof.ops import optree
-    from jobprof.plugin.types import ExportContext, Iteration
+    from jobprof.plugin import opview
+    from jobprof.plugin.values import ExportContext, Iteration
 
     wall: dict[str, float] = defaultdict(float)
     cpu: dict[str, float] = defaultdict(float)
@@ -76,7 +76,7 @@ def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) ->
         # the operator tree every operator-tier writer shares (memoised in ctx.memo): built here
         # so that its cost is not charged to whichever writer happens to come first
         c0, t0 = cpu_clock(), clock()
-        optree.view(ctx)
+        opview.view(ctx)
         wall[SHARED] += clock() - t0
         cpu[SHARED] += cpu_clock() - c0
         for key, spec in writers:

@@ -376,11 +376,11 @@ def captured_tasks(fn) -> list:
     import torch
 
     import opwindow
-    from jobprof.ops import optree
+    from jobprof.plugin import opview
 
     with tempfile.TemporaryDirectory() as folder:
         records = opwindow.record(torch, fn, Path(folder))[0]
-    return optree.OpView(records).tasks
+    return opview.OpView(records).tasks
 
 
 def test_arithmetic_classes_by_dtype_with_given_peaks():

@@ -81,8 +81,8 @@ def test_header_and_exact_sums(device):
 
 
 def test_rows_are_the_top_level_operators(device):
-    from jobprof.ops.opcapture import DUR, NAME, TID
-    from jobprof.ops.optree import OpView
+    from jobprof.plugin.opview import OpView
+    from jobprof.plugin.records import DUR, NAME, TID
 
     streams = raw(device)
     for index, path in files(device).items():
@@ -144,7 +144,7 @@ def test_off_writes_no_aicpu_file(tmp_path):
 def test_host_mark_on_cuda_records():
     """The CUDA path on hand-made records (no GPU here): an operator whose subtree launched a
     kernel is not marked, one that launched nothing is ``[host]``."""
-    from jobprof.ops.optree import OpView
+    from jobprof.plugin.opview import OpView
     from jobprof.plugins.aicpu.split import launching_tops, split
 
     tid, stream = 11, 7
@@ -170,7 +170,7 @@ def test_redispatched_operator_counts_once():
     """Under a Python dispatch mode (the l2 plugin's) Kineto records ``aten::mm >
     PythonDispatchMode > aten::mm``: the outer record's own time and the mode's are dispatch;
     the work is the inner one's.  (The same holds for a tensor subclass calling the same op.)"""
-    from jobprof.ops.optree import OpView
+    from jobprof.plugin.opview import OpView
     from jobprof.plugins.aicpu.split import split
 
     def rec(name: str, start: int, dur: int) -> list:

@@ -22,7 +22,7 @@ from conftest import REPO, Runner, jobprof_cli, read_csv
 from distributions import make_dist
 from jobprof.files import rawstore
 from jobprof.plugin.clock import ClockAnchor
-from jobprof.plugin.types import STEP_MODE_MODEL_ID
+from jobprof.plugin.values import STEP_MODE_MODEL_ID
 
 try:
     import tomllib

@@ -54,7 +54,8 @@ def exported(tmp_path_factory) -> dict[str, Any]:
     """Every file the writers render for the three iterations, by (writer name, iteration)."""
     from jobprof.files import export, kinetotrace
     from jobprof.plugin.clock import ClockAnchor
-    from jobprof.plugin.types import ITERATION_STREAM, OPS_STREAM, Config, Iteration
+    from jobprof.plugin.records import ITERATION_STREAM, OPS_STREAM
+    from jobprof.plugin.values import Config, Iteration
 
     trace = _trace()
     device = tmp_path_factory.mktemp("cuda") / "PROF_000001_20261204000000000_CUDATRACE" / "device_0"

@@ -19,7 +19,7 @@ from jobprof.cli.diff import render
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
-from jobprof.plugin.types import DiffCount, DiffTable
+from jobprof.plugin.results import DiffCount, DiffTable
 
 ON = {"training_trace": "on", "task_trace": "on"}
 STEPS_A, STEPS_B = 16, 24

@@ -332,7 +332,7 @@ def test_a_render_failure_with_all_raw_lines_saved_does_not_say_they_were_lost(t
     (device / "summary").rmdir()
     (device / "summary").write_text("")  # every rendered file's write fails (ENOTDIR)
 
-    from jobprof.plugin.types import WriterSpec
+    from jobprof.plugin.values import WriterSpec
 
     said: list[str] = []
     budget = StorageBudget(device, 1 << 40, max_files=10**9)

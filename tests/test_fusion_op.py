@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, Runner, jobprof_cli, raw, read_csv, torchrun
-from jobprof.plugin.types import STEP_MODE_MODEL_ID, CompileCountersRecord, CompiledGraphRecord
+from jobprof.plugin.records import CompiledGraphRecord
+from jobprof.plugin.types import CompileCountersRecord
+from jobprof.plugin.values import STEP_MODE_MODEL_ID
 from jobprof.plugins.fusion_op import wrapper
 from jobprof.plugins.fusion_op.writer import HEADER
 

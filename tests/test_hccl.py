@@ -417,7 +417,7 @@ def test_a_done_future_lands_in_its_own_iteration(monkeypatch: pytest.MonkeyPatc
     import torch
     import torch.distributed as dist
 
-    from jobprof.plugin.types import Iteration
+    from jobprof.plugin.values import Iteration
     from jobprof.plugins.hccl import capture as capture_mod
 
     monkeypatch.setattr(capture_mod, "GRACE_S", 0.0)
@@ -456,7 +456,7 @@ def test_capture_in_process_and_uninstall_restores_torch() -> None:
     import torch
     import torch.distributed as dist
 
-    from jobprof.plugin.types import Iteration
+    from jobprof.plugin.values import Iteration
     from jobprof.plugins.hccl.capture import Capture
 
     original_wait = torch._C._distributed_c10d.Work.wait

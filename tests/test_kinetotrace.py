@@ -18,7 +18,7 @@ pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its
 torch = pytest.importorskip("torch")
 
 from jobprof.files import fsio, kinetotrace, rawstore  # noqa: E402
-from jobprof.ops.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, STRIDES, TID  # noqa: E402
+from jobprof.plugin.records import DTYPES, DUR, KIND, NAME, SHAPES, START, STRIDES, TID  # noqa: E402
 
 
 @pytest.mark.parametrize("shapes", [True, False])

@@ -107,8 +107,8 @@ def software(tmp_path_factory) -> tuple[Path, list[list[int]], str]:
 
 def matmuls(software) -> list[tuple[list[int], list[int], list]]:
     """(l2 record, the script's span, the outermost Kineto record) of each scripted matmul."""
-    from jobprof.ops.opcapture import DUR, NAME, START
-    from jobprof.ops.optree import OpView
+    from jobprof.plugin.opview import OpView
+    from jobprof.plugin.records import DUR, NAME, START
 
     device, spans, _ = software
     out = []
@@ -131,7 +131,7 @@ def matmuls(software) -> list[tuple[list[int], list[int], list]]:
 
 
 def test_software_events_per_operator(software):
-    from jobprof.ops.opcapture import DUR
+    from jobprof.plugin.records import DUR
 
     device, _, stderr = software
     assert not [line for line in jobprof_lines(stderr) if "l2" in line.lower()], stderr
@@ -153,7 +153,7 @@ def test_software_events_per_operator(software):
 
 def test_task_clock_matches_the_operator_duration(software):
     """On a CPU the operator had to itself, its task-clock is its duration in the ops stream."""
-    from jobprof.ops.opcapture import DUR
+    from jobprof.plugin.records import DUR
 
     # ran without preemption: the script saw (almost) as much CPU time as wall time
     quiet = [(rec, op) for rec, (t0, t1, cpu), op in matmuls(software) if t1 - t0 - cpu < 0.05 * cpu]
@@ -164,7 +164,7 @@ def test_task_clock_matches_the_operator_duration(software):
 
 
 def test_join_gives_every_task_of_the_training_thread_a_count(software):
-    from jobprof.ops.optree import OpView
+    from jobprof.plugin.opview import OpView
     from jobprof.plugins.l2.join import counts_per_task
 
     device, _, _ = software
@@ -186,7 +186,7 @@ def test_join_gives_every_task_of_the_training_thread_a_count(software):
 
 
 def test_software_csv_shows_no_rates(software):
-    from jobprof.ops.optree import OpView
+    from jobprof.plugin.opview import OpView
 
     device, _, _ = software
     streams = raw(device)

@@ -7,7 +7,9 @@ counts, at module level or inside a function (a lazy import is still a dependenc
 * the stages of ARCHITECTURE.md and CONTRIBUTING: ``plugin`` (the contract) imports no other stage;
   ``files`` and ``ops`` only ``plugin``; ``analysis`` never ``runtime``; ``cli`` never ``runtime``;
 * the module graph has no cycle (every module can be imported on its own, in some order);
-* the core never imports a plugin, and no plugin imports another plugin.
+* the core never imports a plugin, and no plugin imports another plugin;
+* a plugin imports from jobprof only the plugin API (the names of ``jobprof.plugin``), its own
+  package, and the few mechanisms of :data:`PLUGIN_MAY_ALSO_IMPORT`, type-only imports included.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ ALLOWED = {
     "runtime": {"plugin", "files", "ops", "analysis"},
     "analysis": {"plugin", "files", "ops"},
     "cli": {"plugin", "files", "analysis"},
+}
+
+
+#: what a built-in plugin may import from jobprof besides ``jobprof.plugin`` and its own package:
+#: mechanisms of a later stage that one plugin drives and that are no part of the contract
+PLUGIN_MAY_ALSO_IMPORT = {
+    "jobprof.ops.perfcounters": "l2: the CPU's cache counters (perf_event_open)",
+    "jobprof.ops.calibrate": "aic_metrics: the device's measured peaks",
+    "jobprof.runtime.channel": "dp: the socket channel from DataLoader worker processes",
 }
 
 
@@ -121,6 +132,66 @@ def test_no_plugin_imports_another() -> None:
     assert not bad, "\n".join(bad)
 
 
+def _plugin_imports(path: Path) -> list[tuple[int, str, str]]:
+    """Every ``(line, module, name)`` a plugin file imports from jobprof, type-only ones too
+    (``name`` is "" for ``import jobprof.x``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("jobprof"):
+            out += [(node.lineno, node.module or "", a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, "") for a in node.names if a.name.startswith("jobprof")]
+    return out
+
+
+def _outside_the_api(path: Path, root: Path = PLUGINS) -> list[str]:
+    import jobprof.plugin
+
+    parts = path.relative_to(root).parts
+    own = "jobprof.plugins" + (f".{parts[0]}" if len(parts) > 1 else "")
+    bad = []
+    for line, module, name in _plugin_imports(path):
+        if module == own or module.startswith(own + "."):
+            continue
+        if module == "jobprof.plugin" and name in jobprof.plugin.__all__:
+            continue
+        if module in PLUGIN_MAY_ALSO_IMPORT or f"{module}.{name}" in PLUGIN_MAY_ALSO_IMPORT:
+            continue
+        bad.append(f"{path.relative_to(root.parent)}:{line}: {module}" + (f" import {name}" if name else ""))
+    return bad
+
+
+def test_plugins_import_only_the_plugin_api() -> None:
+    """Built-in plugins use what a third-party plugin can: ``from jobprof.plugin import ...``."""
+    bad = [b for path in sorted(PLUGINS.rglob("*.py")) for b in _outside_the_api(path)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_api_rule_sees_an_internal_import(tmp_path: Path) -> None:
+    """The rule above can fail: a plugin reaching into a stage, or for a name the API does not
+    export, is named with its line, type-only imports too; its own package and the allowed
+    mechanisms pass."""
+    plugin = tmp_path / "plugins" / "mine" / "thing.py"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("from jobprof.plugin import hookimpl, Config\n"
+                      "from jobprof.plugin import manager\n"
+                      "from jobprof.ops import perfcounters\n"
+                      "from jobprof.plugins.mine.other import x\n"
+                      "if TYPE_CHECKING:\n    from jobprof.analysis.profile import Profile\n")
+    assert _outside_the_api(plugin, tmp_path / "plugins") == [
+        "plugins/mine/thing.py:2: jobprof.plugin import manager",
+        "plugins/mine/thing.py:6: jobprof.analysis.profile import Profile"]
+
+
+def test_the_contract_names_no_later_stage_even_for_types() -> None:
+    """``jobprof.plugin`` imports no other stage, type-only imports included: the protocols
+    (``Profile``) stand in for the classes of later stages."""
+    bad = [f"{path.relative_to(REPO)}:{line}: {module}" for path in sorted((CORE / "plugin").glob("*.py"))
+           for line, module, _ in _plugin_imports(path)
+           if _stage(module + ".x") not in (None, "plugin")]
+    assert not bad, "\n".join(bad)
+
+
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     # a package's __init__ importing its own submodules is not a cycle worth reporting
     # (Python imports the package first); every other back edge is
@@ -159,7 +230,7 @@ def test_the_import_graph_is_a_dag() -> None:
 def test_the_checker_sees_a_planted_cycle_and_a_forbidden_import() -> None:
     """The checks above can fail: a graph with a cycle is caught, and so is analysis -> runtime."""
     planted = {k: set(v) for k, v in GRAPH.items()}
-    planted["jobprof.plugin.types"].add("jobprof.files.export")
+    planted["jobprof.plugin.values"].add("jobprof.files.export")
     assert _cycle(planted) is not None
     assert "jobprof.runtime.session" not in GRAPH["jobprof.analysis.summary"]
     assert _stage("jobprof.runtime.session") not in ALLOWED["analysis"]
@@ -185,3 +256,22 @@ def test_old_module_paths_still_import_for_existing_plugins() -> None:
         assert not (CORE / (name.split(".")[1] + ".py")).exists(), name
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("jobprof.no_such_module")
+
+
+def test_the_profile_class_has_every_member_of_the_protocol() -> None:
+    """``jobprof.analysis.profile.Profile`` is what the ``Profile`` protocol of the plugin API
+    says: every member, with the same parameters (mypy checks the types: the class is passed
+    where the protocol is expected in the hook calls)."""
+    import inspect
+
+    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import views
+
+    members = [m for m in vars(views.Profile) if not m.startswith("_")]
+    assert {"devices", "iterations", "records", "open_text", "problem"} <= set(members)
+    for member in members:
+        mine, theirs = getattr(views.Profile, member), getattr(Profile, member)
+        if isinstance(mine, property):
+            assert isinstance(theirs, property), member
+        else:
+            assert list(inspect.signature(mine).parameters) == list(inspect.signature(theirs).parameters), member

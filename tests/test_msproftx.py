@@ -20,8 +20,8 @@ import pytest
 
 from conftest import Runner, check_timeline, jobprof_cli, raw, read_csv
 from jobprof import mstx
-from jobprof.files.lanes import LANE_STRIDE, assign_lanes
 from jobprof.plugin.clock import ClockAnchor
+from jobprof.plugin.lanes import LANE_STRIDE, assign_lanes
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder, clip
 from jobprof.plugins.msproftx.writer import HEADER

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import Runner, raw
-from jobprof.ops.opcapture import KIND, NAME, SHAPES, START
+from jobprof.plugin.records import KIND, NAME, SHAPES, START
 
 pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
 

@@ -1,4 +1,4 @@
-"""jobprof.ops.opmath against ground truth, on the shapes and dtype strings a real profiled run records.
+"""jobprof.plugin.opmath against ground truth, on the shapes and dtype strings a real profiled run records.
 
 Every case runs the operator under torch's profiler (Kineto, ``record_shapes=True`` and
 ``with_flops=True``, as jobprof's capture does), takes the recorded shapes/dtypes of the
@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from jobprof.ops import opmath  # noqa: E402
+from jobprof.plugin import opmath  # noqa: E402
 
 
 def record(fn):

@@ -12,8 +12,8 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
 
 import opwindow  # noqa: E402
-from jobprof.ops import optree  # noqa: E402
-from jobprof.ops.opcapture import DUR, NAME, START  # noqa: E402
+from jobprof.plugin import opview  # noqa: E402
+from jobprof.plugin.records import DUR, NAME, START  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def recorded(tmp_path_factory) -> list[list]:
 
 
 def test_nesting_and_top_level_operators(recorded):
-    view = optree.OpView(recorded)
+    view = opview.OpView(recorded)
     names = [r[NAME] for r in recorded]
     linear = names.index("aten::linear")
     addmm = next(i for i, n in enumerate(names) if n == "aten::addmm" and view.parent[i] == linear)
@@ -43,18 +43,18 @@ def test_nesting_and_top_level_operators(recorded):
     for i in view.top:  # nothing of dispatcher kind above a top-level operator
         p = view.parent[i]
         while p >= 0:
-            assert not optree.is_dispatch_op(recorded[p][NAME], recorded[p][4])
+            assert not opview.is_dispatch_op(recorded[p][NAME], recorded[p][4])
             p = view.parent[p]
 
 
 def test_tasks_on_cpu_are_the_top_level_operators(recorded):
-    view = optree.OpView(recorded)
+    view = opview.OpView(recorded)
     assert not view.has_device
     assert [t.index for t in view.tasks] == view.top
     by_stream: dict[int, list] = {}
     for task in view.tasks:
         by_stream.setdefault(task.stream, []).append(task)
-        assert task.core_type == optree.CPU and task.op_type == task.name.split("::")[-1]
+        assert task.core_type == opview.CPU and task.op_type == task.name.split("::")[-1]
     for tasks in by_stream.values():
         assert [t.task_id for t in tasks] == list(range(1, len(tasks) + 1))
         for a, b in itertools.pairwise(tasks):
@@ -67,7 +67,7 @@ def test_tasks_on_cpu_are_the_top_level_operators(recorded):
 
 
 def test_self_times_add_up_to_the_root(recorded):
-    view = optree.OpView(recorded)
+    view = opview.OpView(recorded)
     for i in view.top:
         total = sum(view.self_ns(j) for j in view.subtree(i))
         assert total == recorded[i][DUR]
@@ -79,15 +79,15 @@ def test_records_are_in_start_order(recorded):
 
 
 def test_union_and_subtract():
-    assert optree.union([(5, 7), (1, 3), (2, 4), (7, 8), (9, 9)]) == [(1, 4), (5, 8)]
-    assert optree.subtract([(0, 10)], [(2, 3), (5, 7)]) == [(0, 2), (3, 5), (7, 10)]
-    assert optree.subtract([(0, 4), (6, 10)], [(3, 7)]) == [(0, 3), (7, 10)]
-    assert optree.subtract([(0, 4)], []) == [(0, 4)]
-    assert optree.clip([(0, 5), (8, 12)], 2, 10) == [(2, 5), (8, 10)]
+    assert opview.union([(5, 7), (1, 3), (2, 4), (7, 8), (9, 9)]) == [(1, 4), (5, 8)]
+    assert opview.subtract([(0, 10)], [(2, 3), (5, 7)]) == [(0, 2), (3, 5), (7, 10)]
+    assert opview.subtract([(0, 4), (6, 10)], [(3, 7)]) == [(0, 3), (7, 10)]
+    assert opview.subtract([(0, 4)], []) == [(0, 4)]
+    assert opview.clip([(0, 5), (8, 12)], 2, 10) == [(2, 5), (8, 10)]
 
 
 def test_overlap_analysis_partitions_the_iteration():
-    parts = optree.overlap(computing=[(10, 40), (60, 70)], communication=[(30, 50), (80, 85)],
+    parts = opview.overlap(computing=[(10, 40), (60, 70)], communication=[(30, 50), (80, 85)],
                            start=0, end=100)
     assert parts["Computing"] == [(10, 40), (60, 70)]
     assert parts["Communication"] == [(30, 50), (80, 85)]

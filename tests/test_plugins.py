@@ -22,7 +22,7 @@ from distributions import make_dist
 from jobprof.plugin.hookspec import Answer, hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
-from jobprof.plugin.types import MetricSet, WriterSpec
+from jobprof.plugin.values import MetricSet, WriterSpec
 
 ITERATIONS = 5
 MODEL = 4294967295

@@ -15,16 +15,16 @@ from typing import Any
 import pytest
 
 from conftest import Runner, free_port, jobprof_cli
-from jobprof.analysis.profile import Profile
-from jobprof.plugin.types import (
+from jobprof.plugin import Profile
+from jobprof.plugin.records import (
     BatchRecord,
     CollectiveRecord,
-    LoaderRecord,
     StepPointsRecord,
     TxRecord,
     WorkerFetchRecord,
     records_of,
 )
+from jobprof.plugin.types import LoaderRecord
 
 #: every declared record type, by the stream it belongs to
 DECLARED: dict[str, tuple[type, ...]] = {

@@ -32,7 +32,7 @@ from jobprof.analysis.report import render as report
 from jobprof.analysis.stats import describe
 from jobprof.analysis.summary import cross_rank
 from jobprof.cli.summary import render
-from jobprof.plugin.types import Finding, Section
+from jobprof.plugin.results import Finding, Section
 
 __all__ = ["browser"]  # the module-scoped Chromium fixture of test_report
 

@@ -15,14 +15,15 @@ import pytest
 
 from conftest import Runner, jobprof_cli, read_csv, torchrun
 from jobprof.analysis import breakdown
-from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
 from jobprof.analysis.stats import p95
 from jobprof.analysis.summary import summarize
+from jobprof.plugin import Profile
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
-from jobprof.plugin.types import Finding, Iteration, Section
+from jobprof.plugin.results import Finding, Section
+from jobprof.plugin.values import Iteration
 
 STEPS = 10
 SAMPLE_S, BATCH = 0.01, 4  # data wait per iteration >= 40 ms

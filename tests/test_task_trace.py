@@ -416,7 +416,7 @@ def recorded(tmp_path_factory) -> tuple[list[list], int, int]:
 
 def context(recorded, metrics=None):
     from jobprof.plugin.clock import ClockAnchor
-    from jobprof.plugin.types import Config, ExportContext, Iteration
+    from jobprof.plugin.values import Config, ExportContext, Iteration
 
     records, begin, end = recorded
     config = Config({"task_trace": "on", "output": "."})
@@ -425,7 +425,7 @@ def context(recorded, metrics=None):
 
 
 def test_metric_columns_are_appended(recorded):
-    from jobprof.plugin.types import MetricSet
+    from jobprof.plugin.values import MetricSet
     from jobprof.plugins.task_trace.summary import render_op_summary
 
     metrics = MetricSet("X", ["a_col"], values=lambda task, machine: [task.dur])
@@ -438,7 +438,7 @@ def test_metric_columns_are_appended(recorded):
 
 
 def test_metric_values_that_raise_give_na(recorded):
-    from jobprof.plugin.types import MetricSet
+    from jobprof.plugin.values import MetricSet
     from jobprof.plugins.task_trace.summary import render_op_summary
 
     def broken(task, machine):
@@ -536,9 +536,9 @@ def cuda_records(t0: int) -> list[list]:
 
 
 def test_cuda_shaped_tasks_in_op_summary_and_timeline(tmp_path):
-    from jobprof.files.timeline import Timeline
     from jobprof.plugin.clock import ClockAnchor
-    from jobprof.plugin.types import Config, ExportContext, Iteration
+    from jobprof.plugin.timeline import Timeline
+    from jobprof.plugin.values import Config, ExportContext, Iteration
     from jobprof.plugins.task_trace import summary, trace
 
     t0 = time.monotonic_ns()

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from jobprof.ops.optree import clip, subtract, union
-from jobprof.plugin.types import Iteration
-
-PROFILER = "profiler"
-DATA_WAIT = "data_wait"
-COMPUTE = "compute"
-COMMUNICATION = "communication"
-COMMUNICATION_BLOCKING = "communication_blocking"
-FORWARD_BACKWARD = "forward_backward"
-REFRESH = "refresh"
+from jobprof.plugin.opview import clip, subtract, union
+from jobprof.plugin.results import (
+    COMMUNICATION,
+    COMMUNICATION_BLOCKING,
+    COMPUTE,
+    DATA_WAIT,
+    FORWARD_BACKWARD,
+    PROFILER,
+    REFRESH,
+)
+from jobprof.plugin.values import Iteration
 
 #: the parts, in painting order; their sum is the iteration time
 PARTS = ("profiler", "data_wait", "communication_not_overlapped", "forward_backward", "refresh", "free")

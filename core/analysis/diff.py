@@ -3,7 +3,7 @@
 Each side is read from its ranks' facts (:mod:`jobprof.analysis.facts`, as ``jobprof summary``
 reads them): every selected iteration's breakdown (the same parts ``jobprof summary`` shows) and,
 per rank, the tables plugins contribute through ``jobprof_diff_tables``
-(:class:`~jobprof.plugin.types.DiffTable`: task_trace's operator types, hccl's collectives, ...).
+(:class:`~jobprof.plugin.DiffTable`: task_trace's operator types, hccl's collectives, ...).
 Counts and times are normalised per iteration of one rank, because the two runs may have run
 different numbers of iterations or ranks; the raw numbers of iterations are part of the model.
 
@@ -28,7 +28,7 @@ from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection, narrowed
 from jobprof.analysis.stats import p95
 from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.types import DiffCount, DiffTable
+from jobprof.plugin.results import DiffCount, DiffTable
 
 SCHEMA = "jobprof.diff/1"
 

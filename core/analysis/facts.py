@@ -43,7 +43,7 @@ from jobprof.files import fsio, jsonread, rawstore
 from jobprof.files.profdir import info_rank
 from jobprof.plugin.manager import DISABLE_ENV, PluginManager
 from jobprof.plugin.reporter import Reporter
-from jobprof.plugin.types import Iteration
+from jobprof.plugin.values import Iteration
 
 #: bumped whenever what a facts file holds changes shape: an older file is then stale
 SCHEMA = "jobprof.facts/4"

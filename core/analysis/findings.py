@@ -17,7 +17,8 @@ from jobprof.analysis import scale
 from jobprof.analysis.breakdown import LABELS, PARTS
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import OPEN, Run, merged, ranges, run_texts
-from jobprof.plugin.types import Finding, PartSource, Section
+from jobprof.plugin.results import Finding, Section
+from jobprof.plugin.values import PartSource
 
 if TYPE_CHECKING:
     from jobprof.plugin.manager import PluginManager

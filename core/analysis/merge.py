@@ -28,13 +28,13 @@ from jobprof.analysis.selection import ranges, window
 from jobprof.files import fsio, jsonread, rawstore
 from jobprof.files.fsio import STDOUT, StreamedFile, make_dirs
 from jobprof.files.profdir import DEVICE_RE, IterationFile, device_dirs, info_rank, iteration_files
-from jobprof.files.timeline import PID_BASE
 from jobprof.plugin.clock import ClockAnchor, own_base, ts_ns
+from jobprof.plugin.timeline import PID_BASE
 
-#: the master timeline's writer name (``jobprof.files.timeline.NAME``)
+#: the master timeline's writer name (``jobprof.plugin.timeline.NAME``)
 MASTER = "msprof"
 #: new pids are ``PID_BASE + group * PID_BLOCK + n``: a block of pids per rank (a file has at
-#: most 100), above every tid (jobprof.files.timeline's track rule)
+#: most 100), above every tid (jobprof.plugin.timeline's track rule)
 PID_BLOCK = 1000
 #: a ``ts`` above this (µs, ~3 years) is epoch µs: a file rendered before the job's time base
 #: existed (jobprof.plugin.clock), whose base is the epoch itself

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 from jobprof.analysis.selection import ALL, Selection
-from jobprof.files import rawstore
+from jobprof.files import fsio, rawstore
 from jobprof.files.profdir import PROF_RE, device_dirs, info_rank, iteration_files
-from jobprof.files.timeline import NAME as MASTER
-from jobprof.plugin.types import Iteration, SharedRecord
+from jobprof.plugin.records import SharedRecord
+from jobprof.plugin.timeline import NAME as MASTER
+from jobprof.plugin.values import Iteration
 
 _R = TypeVar("_R", bound=SharedRecord)
 
@@ -176,7 +177,7 @@ class Profile:
 
     def typed(self, kind: type[_R], device: int | None = None) -> Iterator[tuple[int, int, _R]]:
         """Every selected record of a declared shared stream (``kind``, e.g.
-        :class:`~jobprof.plugin.types.CollectiveRecord`) that is shaped as ``kind`` declares, as
+        :class:`~jobprof.plugin.CollectiveRecord`) that is shaped as ``kind`` declares, as
         ``(device, iteration, record)``; the others (an old or damaged profile) are left out."""
         for raw in self.records(kind.STREAM, device):
             record = kind.from_raw(raw)
@@ -191,6 +192,15 @@ class Profile:
         if gathered is not None and isinstance(gathered.get("rendered"), list):
             return {i for first, last in gathered["rendered"] for i in range(first, last + 1)}
         return {f.iteration for f in iteration_files(self._devices[device], "timeline", MASTER)}
+
+    def open_text(self, path: Path) -> TextIO:
+        """A file of the profile opened to read as UTF-8 text (``newline=""``); OSError for
+        anything but a regular file (:func:`jobprof.files.fsio.open_read`)."""
+        return cast(TextIO, fsio.open_read(path, "r", newline="", encoding="utf-8"))
+
+    def problem(self, text: str) -> None:
+        """Report one read problem (the command shows it once, after its output)."""
+        rawstore.problem(text)
 
     def summary_files(self, device: int, name: str) -> list[Path]:
         """The selected iterations' ``summary/<name>_<dev>_<model>_<iter>.csv`` files."""

@@ -21,7 +21,8 @@ from jobprof.analysis.facts import Progress, quiet
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.stats import describe
 from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.types import NA, Section
+from jobprof.plugin.results import Section
+from jobprof.plugin.values import NA
 
 SCHEMA = "jobprof.summary/1"
 _NUMBER = re.compile(r"^-?\d+(\.\d+)?$")

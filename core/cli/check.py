@@ -20,10 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobprof.plugin import (
-        configure,
-        options,  # jsonschema: a second of start-up the other commands skip
-    )
+    from jobprof.plugin import configure, options
     from jobprof.plugin.reporter import escape
 
     # problem lines are escaped already; a terminal that takes ASCII only gets the rest

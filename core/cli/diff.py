@@ -19,7 +19,7 @@ from tabulate import tabulate
 from jobprof.analysis import breakdown, diff
 from jobprof.analysis.selection import narrowed
 from jobprof.cli._common import add_engine, add_selection, new_manager, printable, progress_for, selection
-from jobprof.plugin.types import DiffTable
+from jobprof.plugin.results import DiffTable
 
 #: operator / collective rows shown on a terminal without --top
 TOP = 20

@@ -20,7 +20,7 @@ from jobprof.analysis.profile import find_prof_dir
 from jobprof.cli._common import printable
 from jobprof.files import fsio, profdir
 from jobprof.files.profdir import iteration_files
-from jobprof.plugin.types import STEP_MODE_MODEL_ID
+from jobprof.plugin.values import STEP_MODE_MODEL_ID
 
 #: the kineto plugin's writer (WriterSpec "kineto", json): timeline/kineto_<dev>_<model>_<iter>.json
 WRITER = "kineto"

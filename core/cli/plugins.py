@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobprof.plugin import options  # jsonschema: a second of start-up the other commands skip
+    from jobprof.plugin import options
 
     manager, _ = new_manager()
     manager.load_entry_points()

@@ -66,7 +66,7 @@ def render(model: dict[str, Any]) -> str:
     min / p50 / p95 / max of each rank's mean, the outlier ranks named, the top stragglers, and
     per-device sections cut to the slowest and a median rank.
     """
-    from jobprof.analysis import scale  # here: the module's imports are another change's
+    from jobprof.analysis import scale
 
     out: list[str] = []
     ranks = model["ranks"]

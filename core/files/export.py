@@ -14,12 +14,13 @@ from typing import Any
 
 import attrs
 
-from jobprof.files import csvsafe, rawstore, timeline
+from jobprof.files import csvsafe, rawstore
 from jobprof.files.fsio import atomic_write, make_dirs
-from jobprof.files.profdir import DEVICE_RE, device_dirs  # noqa: F401  (device_dirs: the old home)
+from jobprof.files.profdir import DEVICE_RE
+from jobprof.plugin import timeline
 from jobprof.plugin.clock import ClockAnchor, own_base
 from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.types import Config, ExportContext, Iteration, MetricSet, WriterSpec
+from jobprof.plugin.values import Config, ExportContext, Iteration, MetricSet, WriterSpec
 
 
 @attrs.frozen

@@ -23,7 +23,7 @@ correlation, grid and block), in the same form on every torch from 2.9 on, where
 per-event accessors of ``_KinetoEvent`` differ between versions (``activity_type`` appeared in
 2.13).  So this file is the only way operators are read: one path, tested on traces recorded
 on real GPUs (``tests/data/``).  Kineto's own FLOP estimate is not in the file; jobprof
-computes FLOPs from the recorded inputs (:mod:`jobprof.ops.opmath`).
+computes FLOPs from the recorded inputs (:mod:`jobprof.plugin.opmath`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.files import fsio, jsonread
-from jobprof.plugin.types import (
+from jobprof.plugin.records import (
     CONCRETE,
     CORR,
     DEVICE,

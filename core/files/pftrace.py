@@ -5,12 +5,12 @@ importer holds the whole document in memory and is slow past about a million eve
 protobuf trace is parsed packet by packet (bench/perfetto_formats.py measures both).
 
 The events are the merge's own (already rewritten: one time axis, the track rule of
-``jobprof.files.timeline``, flow ids unique in the file), one input file at a time:
+``jobprof.plugin.timeline``, flow ids unique in the file), one input file at a time:
 
 * every process (``process_name``) is a process track, every (pid, tid) a thread track under
   it, with the JSON's names; the descriptors' pid and tid are int32, so they are renumbered
   (threads 1, 2, ... in order of first use, processes from ``PROTO_PID_BASE`` up: the
-  track rule of ``jobprof.files.timeline``, no tid equal to a pid, in int32);
+  track rule of ``jobprof.plugin.timeline``, no tid equal to a pid, in int32);
 * an ``X`` event is a ``SLICE_BEGIN`` / ``SLICE_END`` pair in integer ns (``ts`` is exact to the
   ns on the job-relative axis), emitted per track in nesting order (ends before begins at the
   same instant, outer begins first), so the reader's slice stacks come out as the JSON's;

@@ -1,7 +1,7 @@
 """Raw data: one JSON line per finished iteration, appended to ``device_<id>/data/`` segments.
 
 Each line is ``{"index": <iteration>, "streams": {"iteration": [...], "<stream>": [...]}}``:
-the core's own stream ``iteration`` holds the :class:`~jobprof.plugin.types.Iteration` record, each
+the core's own stream ``iteration`` holds the :class:`~jobprof.plugin.Iteration` record, each
 plugin's records go under the streams it names.  Lines are appended with ``write()`` on an
 ``O_APPEND`` descriptor (the sink batches them, see ``jobprof.runtime.sink``): once the call returns,
 those iterations survive any crash of the process, SIGKILL included.  That costs one small
@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from jobprof.files import fsio, jsonread, kinetotrace
-from jobprof.plugin.types import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
+from jobprof.plugin.records import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
 
 # ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.types ("core streams") and
 # kept importable from here.  PROFILER_STREAM: jobprof's own work inside the iteration, in the
@@ -194,7 +194,7 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-#: the core's iteration record (jobprof.plugin.types.Iteration.to_record): field -> (types, required)
+#: the core's iteration record (jobprof.plugin.Iteration.to_record): field -> (types, required)
 _ITERATION_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "index": ((int,), True), "start_ns": ((int,), True), "end_ns": ((int,), True),
     "method": ((str,), True), "fp_start_ns": ((int, type(None)), False),

@@ -43,28 +43,13 @@ from typing import Any
 
 import attrs
 
-# the record layout is the core's declaration (jobprof.plugin.types, "core streams")
 from jobprof.ops import atfork, torchapi
-from jobprof.plugin.types import (  # noqa: F401  (re-exported: plugins import them from here)
-    CONCRETE,
-    CORR,
-    DEVICE,
-    DEVICE_KINDS,
-    DTYPES,
-    DUR,
-    EXTRA,
-    FLOPS,
-    KIND,
-    LINK,
-    NAME,
-    OPS_STREAM,
-    SHAPES,
-    START,
-    STRIDES,
-    TID,
-)
 
-#: the core's stream of operator records (one JSON list per event, fields above)
+# the record layout is the contract's declaration (jobprof.plugin.records, "core streams")
+from jobprof.plugin.records import OPS_STREAM
+
+#: the core's stream of operator records (one JSON list per event, its fields declared in
+#: jobprof.plugin.records)
 STREAM = OPS_STREAM
 #: how many finished windows may wait for the sink thread before the oldest is dropped (the
 #: sink takes them at least every 0.1 s; a starved one falls this far behind only under heavy

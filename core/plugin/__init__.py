@@ -1,2 +1,168 @@
-"""The plugin framework: the hook contract (hookspec), its values and declared records (types),
-the pluggy manager that loads and isolates plugins, and the options they configure from."""
+"""The plugin API: everything a plugin imports from jobprof, in one place.
+
+    from jobprof.plugin import ExportContext, WriterSpec, hookimpl
+
+The hooks are specified in :mod:`jobprof.plugin.hookspec` (when each is called, what it
+returns, an example); the names below are what those hooks receive and return.  Built-in plugins
+import nothing else from jobprof (``tests/test_layout.py`` holds them to it, with a short named
+allow-list of mechanisms that are not part of the contract), so a third-party plugin can do
+everything a built-in one does.
+
+* hooks: :data:`hookimpl`, :class:`Answer` (what a wrapper receives);
+* values: :class:`Config`, :class:`Iteration`, :class:`ExportContext`, :class:`WriterSpec`,
+  :class:`MetricSet`, :class:`PartSource`, :data:`NA`, :data:`STEP_MODE_MODEL_ID`;
+* what a plugin reads and writes: :class:`PluginSession` (the running session),
+  :class:`Profile` (a profile read back), :class:`Timeline` (the master timeline), the declared
+  records of shared streams (:class:`CollectiveRecord`, ..., :func:`records_of`), the fields of
+  an ``ops`` record (``NAME``, ``START``, ``DUR``, ...), :class:`OpView` / :class:`Task` and the
+  module :mod:`opview` (an iteration's operators as a tree, its tasks), :func:`assign_lanes`
+  (overlapping spans on non-overlapping tracks), :mod:`opmath` (FLOPs and bytes of an operator);
+* answers: :class:`Finding`, :class:`Section`, :class:`DiffTable`, :class:`DiffCount`, the
+  span categories of the iteration breakdown (``DATA_WAIT``, ``COMPUTE``, ...).
+
+Importing this package imports only the contract's own modules (no torch, no later stage).
+"""
+
+from jobprof.plugin import opmath, opview
+from jobprof.plugin.clock import ClockAnchor, TimeAxis
+from jobprof.plugin.hookspec import Answer, hookimpl
+from jobprof.plugin.lanes import LANE_STRIDE, assign_lanes, lane_name, lane_tid
+from jobprof.plugin.opview import OpView, Task, is_dispatch_op
+from jobprof.plugin.records import (
+    CONCRETE,
+    CORR,
+    DEVICE,
+    DEVICE_KINDS,
+    DTYPES,
+    DUR,
+    EXTRA,
+    FLOPS,
+    ITERATION_STREAM,
+    KIND,
+    LINK,
+    NAME,
+    OPS_STREAM,
+    PROFILER_STREAM,
+    SHAPES,
+    START,
+    STRIDES,
+    TID,
+    BatchRecord,
+    CollectiveRecord,
+    CompiledGraphRecord,
+    FusedKernel,
+    SharedRecord,
+    StepPointsRecord,
+    TxRecord,
+    WorkerFetchRecord,
+    records_of,
+)
+from jobprof.plugin.reporter import Reporter
+from jobprof.plugin.results import (
+    COMMUNICATION,
+    COMMUNICATION_BLOCKING,
+    COMPUTE,
+    DATA_WAIT,
+    FORWARD_BACKWARD,
+    PROFILER,
+    REFRESH,
+    DiffCount,
+    DiffTable,
+    Finding,
+    Section,
+    slug,
+)
+from jobprof.plugin.session import PluginSession
+from jobprof.plugin.timeline import (
+    DEVICE_PROCESS,
+    HOST_LABEL,
+    SYNTHETIC_TID,
+    Timeline,
+    device_label,
+    process_pid,
+)
+from jobprof.plugin.timeline import dumps as timeline_json
+from jobprof.plugin.values import (
+    NA,
+    STEP_MODE_MODEL_ID,
+    Config,
+    ExportContext,
+    Iteration,
+    MetricSet,
+    PartSource,
+    WriterSpec,
+)
+from jobprof.plugin.views import Profile
+
+__all__ = [
+    "COMMUNICATION",
+    "COMMUNICATION_BLOCKING",
+    "COMPUTE",
+    "CONCRETE",
+    "CORR",
+    "DATA_WAIT",
+    "DEVICE",
+    "DEVICE_KINDS",
+    "DEVICE_PROCESS",
+    "DTYPES",
+    "DUR",
+    "EXTRA",
+    "FLOPS",
+    "FORWARD_BACKWARD",
+    "HOST_LABEL",
+    "ITERATION_STREAM",
+    "KIND",
+    "LANE_STRIDE",
+    "LINK",
+    "NA",
+    "NAME",
+    "OPS_STREAM",
+    "PROFILER",
+    "PROFILER_STREAM",
+    "REFRESH",
+    "SHAPES",
+    "START",
+    "STEP_MODE_MODEL_ID",
+    "STRIDES",
+    "SYNTHETIC_TID",
+    "TID",
+    "Answer",
+    "BatchRecord",
+    "ClockAnchor",
+    "CollectiveRecord",
+    "CompiledGraphRecord",
+    "Config",
+    "DiffCount",
+    "DiffTable",
+    "ExportContext",
+    "Finding",
+    "FusedKernel",
+    "Iteration",
+    "MetricSet",
+    "OpView",
+    "PartSource",
+    "PluginSession",
+    "Profile",
+    "Reporter",
+    "Section",
+    "SharedRecord",
+    "StepPointsRecord",
+    "Task",
+    "TimeAxis",
+    "Timeline",
+    "TxRecord",
+    "WorkerFetchRecord",
+    "WriterSpec",
+    "assign_lanes",
+    "device_label",
+    "hookimpl",
+    "is_dispatch_op",
+    "lane_name",
+    "lane_tid",
+    "opmath",
+    "opview",
+    "process_pid",
+    "records_of",
+    "slug",
+    "timeline_json",
+]

@@ -60,19 +60,11 @@ import attrs
 import pluggy
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
-    from jobprof.files.timeline import Timeline
+    from jobprof.plugin.results import DiffTable, Section
     from jobprof.plugin.session import PluginSession
-    from jobprof.plugin.types import (
-        Config,
-        DiffTable,
-        ExportContext,
-        Iteration,
-        MetricSet,
-        PartSource,
-        Section,
-        WriterSpec,
-    )
+    from jobprof.plugin.timeline import Timeline
+    from jobprof.plugin.values import Config, ExportContext, Iteration, MetricSet, PartSource, WriterSpec
+    from jobprof.plugin.views import Profile
 
 PROJECT = "jobprof"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -113,7 +105,7 @@ def jobprof_options_schema() -> Mapping[str, Any] | None:
 def jobprof_configure(config: Config) -> bool | None:
     """Decide whether the plugin takes part in this run.
 
-    Called once the options are valid, with the frozen effective :class:`~jobprof.plugin.types.Config`.
+    Called once the options are valid, with the frozen effective :class:`~jobprof.plugin.Config`.
     Return ``False`` to stay inactive (no session hooks are called on an inactive plugin);
     ``True`` or ``None`` means active.
 
@@ -195,7 +187,7 @@ def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
     config recorded in ``info.json``), and by ``jobprof plugins`` with ``config=None`` (list
     every file the plugin can write).  Also called when the plugin's ``jobprof_configure``
     returned False, and ``jobprof export`` never calls ``jobprof_configure``: check your own
-    option here.  Return :class:`~jobprof.plugin.types.WriterSpec` objects.
+    option here.  Return :class:`~jobprof.plugin.WriterSpec` objects.
 
     Example::
 
@@ -215,7 +207,7 @@ def jobprof_aic_metrics(name: str) -> MetricSet | None:
     ``aic_metrics`` is present but empty).  A ``firstresult`` hook: the first plugin that
     answers (built-ins are asked first) owns the group, and pluggy calls no later one.
     The set's ``columns`` are appended to every ``op_summary`` row; its ``values(task,
-    machine)`` fills them for one task (see :class:`~jobprof.plugin.types.MetricSet`).  A group
+    machine)`` fills them for one task (see :class:`~jobprof.plugin.MetricSet`).  A group
     nobody answers is reported once and gets no columns.  Called whether or not the plugin is
     configured active, like ``jobprof_writers``.
 
@@ -234,13 +226,13 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     """Add this plugin's tracks to the iteration's master timeline, ``msprof_*.json``.
 
     Called by the exporter once per iteration (in the profiled process and by ``jobprof
-    export``), after the writers.  ``ctx`` is the same :class:`~jobprof.plugin.types.ExportContext` the
+    export``), after the writers.  ``ctx`` is the same :class:`~jobprof.plugin.ExportContext` the
     writers get; return nothing when your stream is absent.  Ask ``timeline.process(name,
     label)`` for a pid (the same name gives the same pid, so plugins can share a process),
     name tracks with ``timeline.thread(pid, tid, name)`` and ``timeline.add(events)``: Chrome
     trace events whose ``ts`` comes from ``ctx.to_us`` and ``dur`` from ``ctx.dur_us`` (the
     time rule of ``jobprof.plugin.clock``).  Events on one (pid, tid) must nest, and tids stay below
-    ``jobprof.files.timeline.PID_BASE`` (the track rule there).
+    ``jobprof.plugin.timeline.PID_BASE`` (the track rule there).
     The file is written only if some plugin added an event.
 
     Example::
@@ -309,8 +301,8 @@ def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
 
     Called once per command with a :class:`~jobprof.analysis.profile.Profile` (read-only view of a
     ``PROF_`` directory that follows the user's ``--rank`` / ``--iterations``).  Return
-    :class:`~jobprof.plugin.types.Section` objects (each with a stable ``key`` and optional
-    :class:`~jobprof.plugin.types.Finding` objects: numbered statements with their evidence), or None.
+    :class:`~jobprof.plugin.Section` objects (each with a stable ``key`` and optional
+    :class:`~jobprof.plugin.Finding` objects: numbered statements with their evidence), or None.
 
     Example::
 
@@ -332,8 +324,8 @@ def jobprof_diff_tables(profile: Profile, device: int) -> Iterable[DiffTable] | 
     ``jobprof diff`` reads no raw data), or by ``jobprof diff`` for a device without a valid facts
     file, with a :class:`~jobprof.analysis.profile.Profile` of that device (it follows
     ``--rank`` / ``--iterations``).
-    Return :class:`~jobprof.plugin.types.DiffTable` objects (each with a stable ``key``, its
-    key ``columns`` and one :class:`~jobprof.plugin.types.DiffCount` per key: calls, time,
+    Return :class:`~jobprof.plugin.DiffTable` objects (each with a stable ``key``, its
+    key ``columns`` and one :class:`~jobprof.plugin.DiffCount` per key: calls, time,
     optionally bytes and a per-iteration series), or None.  The core pools the ranks, normalises
     per iteration of one rank, compares A with B (``slower`` / ``faster`` / ``unchanged`` /
     ``new`` / ``gone``) and shows the table in the text and under ``key`` in ``--json``; a key
@@ -362,7 +354,7 @@ def jobprof_breakdown_sources() -> Iterable[PartSource] | None:
     """Name the parts of the iteration breakdown this plugin measures.
 
     Called by ``jobprof summary`` / ``report`` once per command.  Return
-    :class:`~jobprof.plugin.types.PartSource` objects, one per part of
+    :class:`~jobprof.plugin.PartSource` objects, one per part of
     ``jobprof.analysis.breakdown.PARTS`` whose spans this plugin reports (through
     ``jobprof_iteration_spans``), or None.  When such a part is N/A on a rank, the summary's
     "missing" list says why, with the plugin's name: "<plugin> was off" when the run did not

@@ -41,23 +41,15 @@ import pluggy
 
 from jobprof.plugin import hookspec, moved
 from jobprof.plugin.hookspec import Answer
+from jobprof.plugin.records import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
 from jobprof.plugin.reporter import REPORTER, Reporter
-from jobprof.plugin.types import (
-    ITERATION_STREAM,
-    OPS_STREAM,
-    PROFILER_STREAM,
-    DiffTable,
-    MetricSet,
-    PartSource,
-    PluginRecord,
-    Section,
-    WriterSpec,
-)
+from jobprof.plugin.results import DiffTable, Section
+from jobprof.plugin.values import MetricSet, PartSource, PluginRecord, WriterSpec
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
-    from jobprof.files.timeline import Timeline
-    from jobprof.plugin.types import Config, ExportContext, Iteration
+    from jobprof.plugin.timeline import Timeline
+    from jobprof.plugin.values import Config, ExportContext, Iteration
+    from jobprof.plugin.views import Profile
 
 GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
@@ -529,7 +521,7 @@ class PluginManager(pluggy.PluginManager):
 
 # -- result contracts ----------------------------------------------------------------------
 def _check_schema(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, Any]:
-    from jobprof.plugin import options  # jsonschema: imported only where options are composed anyway
+    from jobprof.plugin import options
 
     if not isinstance(result, Mapping):
         raise ContractError(f"{type(result).__name__}, not a JSON Schema object")

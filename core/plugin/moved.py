@@ -19,9 +19,14 @@ from types import ModuleType
 
 #: old module name -> where it lives now
 MOVED = {f"jobprof.{old}": f"jobprof.{new}" for old, new in {
-    **{m: f"plugin.{m}" for m in ("hookspec", "types", "manager", "options", "reporter", "clock")},
-    **{m: f"files.{m}" for m in ("fsio", "rawstore", "profdir", "lanes", "timeline", "export", "pftrace")},
-    **{m: f"ops.{m}" for m in ("opcapture", "optree", "opmath", "perfcounters", "calibrate")},
+    **{m: f"plugin.{m}" for m in ("hookspec", "types", "manager", "options", "reporter", "clock", "lanes",
+                                  "timeline", "opmath")},
+    **{m: f"files.{m}" for m in ("fsio", "rawstore", "profdir", "export", "pftrace")},
+    **{m: f"ops.{m}" for m in ("opcapture", "perfcounters", "calibrate")},
+    "optree": "plugin.opview",
+    # moved again when the plugin API became one package: from a stage into the contract
+    "ops.optree": "plugin.opview", "ops.opmath": "plugin.opmath", "files.lanes": "plugin.lanes",
+    "files.timeline": "plugin.timeline",
     **{m: f"runtime.{m}" for m in ("bootstrap", "session", "sink", "steps", "torch_import", "storage",
                                    "channel")},
     **{m: f"analysis.{m}" for m in ("profile", "selection", "summary", "breakdown", "findings", "diff",

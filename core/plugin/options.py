@@ -23,7 +23,7 @@ import jsonschema
 
 from jobprof import schemas
 from jobprof.plugin.reporter import Problem
-from jobprof.plugin.types import Config
+from jobprof.plugin.values import Config
 
 #: msprof's option set when PROFILING_MODE=true and PROFILING_OPTIONS is empty or unset.
 MSPROF_DEFAULT = {

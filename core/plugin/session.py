@@ -7,8 +7,7 @@ CONTRIBUTING (section 3.3) and exercised by the built-in plugins.
 
 Example::
 
-    from jobprof.plugin.hookspec import hookimpl
-    from jobprof.plugin.session import PluginSession
+    from jobprof.plugin import PluginSession, hookimpl
 
     @hookimpl
     def jobprof_session_start(session: PluginSession) -> None:
@@ -23,7 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from jobprof.plugin.clock import ClockAnchor
 from jobprof.plugin.reporter import Reporter
-from jobprof.plugin.types import Config
+from jobprof.plugin.values import Config
 
 
 @runtime_checkable
@@ -42,6 +41,10 @@ class PluginSession(Protocol):
 
     def attached(self, name: str) -> Any:
         """The object attached under ``name``, or None."""
+
+    def when_imported(self, name: str, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(module)`` once the program imports module ``name`` (at once if it
+        already has): how a plugin hooks into a library without importing it first."""
 
     def on_root_module(self, listener: Callable[[Any], None], what: str = "") -> None:
         """Call ``listener(module)`` for every module first seen as a root forward; its time is

@@ -33,10 +33,11 @@ from jobprof.plugin import clock
 from jobprof.plugin.clock import ClockAnchor
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER, Reporter
-from jobprof.plugin.types import Config, Iteration
+from jobprof.plugin.values import Config, Iteration
 from jobprof.runtime.sink import SIGTERM_RENDER_S, Sink
 from jobprof.runtime.steps import StepDetector
 from jobprof.runtime.storage import StorageBudget
+from jobprof.runtime.torch_import import when_imported
 
 
 class Session:
@@ -104,6 +105,10 @@ class Session:
     def get_info(self, key: str) -> Any:
         return self.info.get(key)
 
+    def when_imported(self, name: str, callback: Callable[[Any], None]) -> None:
+        """Call ``callback(module)`` once module ``name`` is imported (now if it already is)."""
+        when_imported(name, callback)
+
     def on_root_module(self, listener: Callable[[Any], None], what: str = "") -> None:
         """Call ``listener(module)`` for every module first seen as a root (outermost) forward.
 
@@ -139,7 +144,7 @@ class Session:
 
         Call from ``jobprof_session_start``; the capture serves every plugin that asked, at the
         most detail any of them needs.  ``shapes``: input shapes, dtypes, strides and scalar
-        values (FLOPs and bytes are computed from them, :mod:`jobprof.ops.opmath`);
+        values (FLOPs and bytes are computed from them, :mod:`jobprof.plugin.opmath`);
         ``cupti_metrics``: CUPTI metrics per kernel (CUDA only).  CUDA kernels are recorded
         whenever CUDA is there.
         """
@@ -348,7 +353,7 @@ class Session:
         """Reduce this rank once, now, into its facts file: ``summary`` and ``report`` then read
         no raw data of it (a SIGTERM'd exit skips it: the commands compute the facts instead)."""
         try:
-            from jobprof.analysis import facts  # the analysis side: only at exit
+            from jobprof.analysis import facts
 
             known = {device: self.sink.parts} if self.sink is not None else None
             facts.write(self.job_dir, self.manager, devices=[device], known=known)

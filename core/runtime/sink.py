@@ -32,7 +32,8 @@ from typing import Any
 
 from jobprof.analysis.selection import ranges
 from jobprof.files import export, fsio, kinetotrace, rawstore
-from jobprof.plugin.types import OPS_STREAM, WriterSpec
+from jobprof.plugin.records import OPS_STREAM
+from jobprof.plugin.values import WriterSpec
 from jobprof.runtime.storage import StorageBudget
 
 #: how often queued iterations are written to the raw segments (the SIGKILL window)

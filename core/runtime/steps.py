@@ -38,7 +38,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.plugin.types import Iteration
+from jobprof.plugin.values import Iteration
 from jobprof.runtime.torch_import import when_imported
 
 PENDING_LIMIT = 16

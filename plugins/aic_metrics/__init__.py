@@ -24,7 +24,7 @@ None for any other name, so a third-party group (a plugin of its own that widens
 accepted values with ``{"enum": [...]}`` and answers for its name) still plugs in.
 
 Every value is measured (the task's duration, CUPTI counters on CUDA) or derived from
-measurement: FLOPs and bytes from the recorded input shapes (:mod:`jobprof.ops.opmath`) and the
+measurement: FLOPs and bytes from the recorded input shapes (:mod:`jobprof.plugin.opmath`) and the
 machine's peaks measured once by :mod:`jobprof.ops.calibrate`.  A column with no source on the
 machine is ``N/A``; each module's docstring and its ``SOURCES`` say where every column comes
 from.  The shared arithmetic lives in :mod:`._group`.
@@ -36,9 +36,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, MetricSet
+from jobprof.plugin import Config, MetricSet, PluginSession, hookimpl
 from jobprof.plugins.aic_metrics import (
     _group,
     arithmetic_utilization,

@@ -9,7 +9,7 @@ Per task:
 * duration: the task's measured duration (``Task Duration``), the denominator of every ratio
   and bandwidth;
 * work: the task's FLOPs split by unit -- ``cube`` (matmul/conv family) or ``vector``
-  (elementwise, full reductions) -- from :mod:`jobprof.ops.opmath`; a copy moves data and computes
+  (elementwise, full reductions) -- from :mod:`jobprof.plugin.opmath`; a copy moves data and computes
   nothing, a matmul has no vector work (its bias epilogue is not counted, as in opmath), an
   elementwise op no cube work.  Convolutions are exact where Kineto recorded their stride,
   padding and dilation (``Concrete Inputs``), else unknown;
@@ -48,10 +48,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.ops import opmath
-from jobprof.ops.opcapture import NAME
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import NA, MetricSet
+from jobprof.plugin import NA, NAME, MetricSet, PluginSession, opmath
 
 #: calibration keys (jobprof.ops.calibrate)
 MATMUL_PEAK, VECTOR_PEAK, MEMORY_PEAK = "matmul_flops_per_s", "vector_flops_per_s", "memory_bytes_per_s"

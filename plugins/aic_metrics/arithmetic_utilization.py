@@ -16,7 +16,7 @@ A class the task has no work in shows 0.000 (e.g. every mac_* column of an eleme
 of a float32 matmul: Ascend's older naming has no fp32 cube class -- its work is in
 ``cube_fops``); N/A when the work is unknown or no peak was measured for that dtype (a CPU
 calibration measures float32 only, so 16-bit and int8 classes with work are N/A on CPU).
-``cube_fops`` / ``vector_fops``: the FLOP counts themselves (:mod:`jobprof.ops.opmath`: exact for
+``cube_fops`` / ``vector_fops``: the FLOP counts themselves (:mod:`jobprof.plugin.opmath`: exact for
 the matmul family; 1 per output element per arithmetic op).  ``aicore_time(us)``: the task's
 duration; ``total_cycles``: N/A on CPU, CUPTI ``sm__cycles_elapsed.max`` on CUDA (UNVERIFIED).
 """

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.plugin.types import NA
+from jobprof.plugin import NA
 from jobprof.plugins.aic_metrics import _group as g
 
 GROUP = "L2Cache"

@@ -2,7 +2,7 @@
 
 * ``main_mem_read_bw(GB/s)`` = bytes read / task duration; ``main_mem_write_bw(GB/s)`` = bytes
   written / duration (GB = 10^9 bytes, 3 decimals).  On CPU the bytes are the logical sizes of
-  the operator's inputs and outputs (:mod:`jobprof.ops.opmath`): the traffic the algorithm needs if
+  the operator's inputs and outputs (:mod:`jobprof.plugin.opmath`): the traffic the algorithm needs if
   every byte came from and went to DRAM -- an upper bound on real DRAM traffic when caches hit.
   N/A when the op's bytes are unknown.
 * CUDA (UNVERIFIED: no GPU here): the DRAM bytes CUPTI counted for the kernel
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.plugin.types import NA
+from jobprof.plugin import NA
 from jobprof.plugins.aic_metrics import _group as g
 
 GROUP = "Memory"

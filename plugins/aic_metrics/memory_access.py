@@ -2,7 +2,7 @@
 
 * ``read_main_memory_datas(KB)`` = bytes read / 1024; ``write_main_memory_datas(KB)`` = bytes
   written / 1024.  On CPU: the logical sizes of the operator's inputs and outputs from the
-  recorded shapes and dtypes (:mod:`jobprof.ops.opmath`; ``dst.copy_(src)`` reads src and writes
+  recorded shapes and dtypes (:mod:`jobprof.plugin.opmath`; ``dst.copy_(src)`` reads src and writes
   dst), N/A when unknown.  On CUDA (UNVERIFIED: no GPU here): the DRAM bytes CUPTI counted for
   the kernel (``dram__bytes_read.sum`` / ``dram__bytes_write.sum``) when Kineto delivered them,
   else the same logical bytes.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.plugin.types import NA
+from jobprof.plugin import NA
 from jobprof.plugins.aic_metrics import _group as g
 
 GROUP = "MemoryAccess"

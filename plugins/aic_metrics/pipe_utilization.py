@@ -6,7 +6,7 @@ the data movers ``mte1/2/3``).  Here, per task (CPU operator, or CUDA kernel):
 * ``aicore_time(us)``: the task's measured duration.  ``total_cycles``: N/A (no per-operator
   cycle counter is readable from Python here).
 * ``mac_time(us)``: the time the task's matmul-family FLOPs (``cube``, from input shapes: exact,
-  see :mod:`jobprof.ops.opmath`) need at the machine's measured peak matmul FLOP/s for its dtype
+  see :mod:`jobprof.plugin.opmath`) need at the machine's measured peak matmul FLOP/s for its dtype
   (:mod:`jobprof.ops.calibrate`); ``mac_ratio`` = mac_time / aicore_time, which equals achieved
   FLOP/s / peak FLOP/s.  0 for an op with no matmul work; N/A when the FLOPs are unknown or no
   peak was measured for the dtype (a CPU calibration measures float32 only).
@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.plugin.types import NA
+from jobprof.plugin import NA
 from jobprof.plugins.aic_metrics import _group as g
 
 GROUP = "PipeUtilization"

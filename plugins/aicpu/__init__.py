@@ -19,14 +19,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, WriterSpec
+from jobprof.plugin import Config, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.aicpu.report import aicpu_sections, rank_facts
 from jobprof.plugins.aicpu.writer import render_csv
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 
 @hookimpl

@@ -11,14 +11,11 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from jobprof.ops.opcapture import NAME
-from jobprof.ops.opcapture import STREAM as OPS_STREAM
-from jobprof.ops.optree import OpView
-from jobprof.plugin.types import Finding, Section
+from jobprof.plugin import NAME, OPS_STREAM, Finding, OpView, Section
 from jobprof.plugins.aicpu.split import launching_tops, split
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 TOP = 10
 #: median per-iteration dispatch share above which the operators are called framework-bound

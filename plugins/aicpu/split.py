@@ -2,7 +2,7 @@
 
 msprof's aicpu file splits each AI CPU task into ``Compute_time``, ``Memcpy_time`` and
 ``Dispatch_time``.  A PyTorch operator has no such counters; the split comes from the operator
-tree Kineto recorded (:class:`jobprof.ops.optree.OpView`), whose self times (a record's duration
+tree Kineto recorded (:class:`jobprof.plugin.opview.OpView`), whose self times (a record's duration
 minus its children's) add up exactly to the top-level operator's duration.  Every record of the
 subtree puts its self time in one bucket:
 
@@ -33,8 +33,7 @@ from __future__ import annotations
 
 import attrs
 
-from jobprof.ops.opcapture import DEVICE_KINDS, DUR, KIND, NAME, TID
-from jobprof.ops.optree import OpView, is_dispatch_op
+from jobprof.plugin import DEVICE_KINDS, DUR, KIND, NAME, TID, OpView, is_dispatch_op
 
 #: operators whose self time is the copy itself (``aten::_to_copy``, ``aten::clone``,
 #: ``aten::contiguous`` and ``aten::to`` are wrappers: their copy is a ``copy_`` child)

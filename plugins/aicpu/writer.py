@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from jobprof.ops import optree
-from jobprof.ops.opcapture import NAME, START
-from jobprof.plugin.types import ExportContext
+from jobprof.plugin import NAME, START, ExportContext, opview
 from jobprof.plugins.aicpu.split import launching_tops, numbered, split
 
 HEADER = ["Device_id", "Timestamp(us)", "Node", "Compute_time(us)", "Memcpy_time(us)", "Task_time(us)",
@@ -20,7 +18,7 @@ def us(ns: int) -> str:
 
 
 def render_csv(ctx: ExportContext) -> str | None:
-    view = optree.view(ctx)
+    view = opview.view(ctx)
     if view is None:
         return None
     launched = launching_tops(view) if view.has_device else None

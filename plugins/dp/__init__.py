@@ -15,17 +15,22 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.analysis.breakdown import DATA_WAIT
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, ExportContext, Iteration, PartSource, WriterSpec
+from jobprof.plugin import (
+    DATA_WAIT,
+    Config,
+    ExportContext,
+    Iteration,
+    PartSource,
+    PluginSession,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.dp.loader import LoaderCollector
 from jobprof.plugins.dp.report import dp_sections, rank_facts, wait_spans
 from jobprof.plugins.dp.writer import STREAM, add_to_master, render_csv
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
-    from jobprof.files.timeline import Timeline
+    from jobprof.plugin import Profile, Timeline
 
 
 def enabled(config: Config) -> bool:

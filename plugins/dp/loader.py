@@ -25,9 +25,10 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from jobprof.plugin.types import BatchRecord, LoaderRecord, WorkerFetchRecord
+from jobprof.plugin import BatchRecord, WorkerFetchRecord
 from jobprof.plugins.dp import fetch
 from jobprof.plugins.dp.channel import Receiver
+from jobprof.plugins.dp.records import LoaderRecord
 
 _now = time.monotonic_ns
 #: batches remembered while no iteration takes them (a loop that never ends an iteration, or a

@@ -7,12 +7,11 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobprof.analysis.breakdown import DATA_WAIT
-from jobprof.plugin.types import Finding, Section
+from jobprof.plugin import DATA_WAIT, Finding, Section
 from jobprof.plugins.dp.writer import STREAM
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 #: share of iteration time spent waiting above which a loop is called data-bound
 DATA_BOUND_SHARE = 0.10

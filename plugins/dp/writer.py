@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof.files.timeline import HOST_LABEL, Timeline
-from jobprof.plugin.types import NA, BatchRecord, ExportContext, LoaderRecord, WorkerFetchRecord, records_of
+from jobprof.plugin import HOST_LABEL, NA, BatchRecord, ExportContext, Timeline, WorkerFetchRecord, records_of
+from jobprof.plugins.dp.records import LoaderRecord
 
 HEADER = ["Device_id", "Timestamp(us)", "Action", "Source", "Cached Buffer Size"]
-#: the plugin's raw stream, declared as jobprof.plugin.types.BatchRecord / WorkerFetchRecord /
+#: the plugin's raw stream, declared as jobprof.plugin.BatchRecord / WorkerFetchRecord /
 #: LoaderRecord (kineto reads it too)
 STREAM = BatchRecord.STREAM
 PROCESS = "DataLoader"

@@ -29,7 +29,7 @@ Memory Total(KB)    the four summed; N/A when one is N/A.  Symbolic (dynamic) sh
 A graph's file is written once, in the iteration it was compiled (or loaded from Inductor's
 cache) in: ``fusion_op_<dev>_<model id>_<that iteration>.csv``.  A recompile is a new graph with
 its own id, so it gets its own file in the iteration it happened in.  The operator tier reads
-the same records (:class:`jobprof.plugin.types.CompiledGraphRecord`): tasks run inside a
+the same records (:class:`jobprof.plugin.CompiledGraphRecord`): tasks run inside a
 graph's ``## Call CompiledFxGraph <key> ##`` range carry its Model ID in op_summary and
 task_time, and the master timeline shows each kernel's original operators in ``args``.
 
@@ -48,16 +48,14 @@ import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import CompileCountersRecord, CompiledGraphRecord, Config, Iteration, WriterSpec
+from jobprof.plugin import CompiledGraphRecord, Config, Iteration, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.fusion_op.capture import MAX_GRAPHS, GraphCapture, counters
+from jobprof.plugins.fusion_op.records import CompileCountersRecord
 from jobprof.plugins.fusion_op.report import compiled_sections, rank_facts
 from jobprof.plugins.fusion_op.writer import render_csv
-from jobprof.runtime.torch_import import when_imported
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 KEY = "fusion_op"
 KERNELS = "kernels"
@@ -89,7 +87,7 @@ def jobprof_session_start(session: PluginSession) -> None:
         if kernels:
             _kernel_profile(session)
 
-    when_imported("torch._inductor.output_code", inductor_loaded)
+    session.when_imported("torch._inductor.output_code", inductor_loaded)
 
 
 def _kernel_profile(session: PluginSession) -> None:

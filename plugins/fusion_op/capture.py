@@ -24,8 +24,9 @@ import threading
 import zlib
 from typing import Any
 
-from jobprof.plugin.types import STEP_MODE_MODEL_ID, CompileCountersRecord, CompiledGraphRecord, FusedKernel
+from jobprof.plugin import STEP_MODE_MODEL_ID, CompiledGraphRecord, FusedKernel
 from jobprof.plugins.fusion_op import wrapper
+from jobprof.plugins.fusion_op.records import CompileCountersRecord
 
 #: graphs kept per process; a job recompiling without end (a shape per batch) stops here
 MAX_GRAPHS = 512

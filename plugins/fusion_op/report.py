@@ -15,11 +15,11 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from jobprof.files import fsio
-from jobprof.plugin.types import NA, CompileCountersRecord, CompiledGraphRecord, Finding, Section
+from jobprof.plugin import NA, CompiledGraphRecord, Finding, Section
+from jobprof.plugins.fusion_op.records import CompileCountersRecord
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 SAMPLE = 50
 TOP_KERNELS = 3
@@ -37,7 +37,7 @@ def _task_times(profile: Profile, device: int, ids: set[int]) -> tuple[
     for path in files:
         per: dict[tuple[int, str], float] = defaultdict(float)
         try:
-            with fsio.open_read(path, "r", newline="") as handle:
+            with profile.open_text(path) as handle:
                 for row in csv.DictReader(handle):
                     try:
                         model = int(row["Model ID"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from jobprof.plugin.types import NA, CompiledGraphRecord, ExportContext, FusedKernel, records_of
+from jobprof.plugin import NA, CompiledGraphRecord, ExportContext, FusedKernel, records_of
 
 HEADER = ["Device_id", "Model Name", "Model ID", "Fusion Op", "Original Ops", "Memory Input(KB)",
           "Memory Output(KB)", "Memory Weight(KB)", "Memory Workspace(KB)", "Memory Total(KB)"]

@@ -16,17 +16,14 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, ExportContext, Iteration, PartSource, WriterSpec
+from jobprof.plugin import Config, ExportContext, Iteration, PartSource, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.hccl.capture import Capture
 from jobprof.plugins.hccl.diff import collective_tables
 from jobprof.plugins.hccl.report import communication_sections, communication_spans, rank_facts
 from jobprof.plugins.hccl.writer import STATISTIC, STREAM, add_tracks, render_json, render_statistic
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
-    from jobprof.files.timeline import Timeline
+    from jobprof.plugin import Profile, Timeline
 
 
 @hookimpl

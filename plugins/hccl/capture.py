@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jobprof.plugin.types import CollectiveRecord, Iteration
+from jobprof.plugin import CollectiveRecord, Iteration
 from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
 
 #: records waiting for their iteration (about 1 KB each); beyond this the oldest are dropped
@@ -302,7 +302,7 @@ class Capture:
 
     def _plain(self, record: dict[str, Any]) -> dict[str, Any]:
         """The raw record of a finished operation, through the stream's declaration
-        (:class:`jobprof.plugin.types.CollectiveRecord`): on the sink thread, once per operation;
+        (:class:`jobprof.plugin.CollectiveRecord`): on the sink thread, once per operation;
         the calling thread only built the working dict."""
         group = record["group"]
         if group["ranks"] is None:

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.files import rawstore
-from jobprof.plugin.types import DiffCount, DiffTable
+from jobprof.plugin import DiffCount, DiffTable
 from jobprof.plugins.hccl.writer import STREAM
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 
 def _collective(r: dict[str, Any]) -> tuple[tuple[str, str], int, int] | None:
@@ -46,7 +45,7 @@ def collective_tables(profile: Profile, device: int) -> list[DiffTable]:
         c[1] += found[1]
         c[2] += found[2]
     if bad:
-        rawstore.problem(f"{profile.folder(device) / 'data'}: {bad} hccl record(s) not shaped as the "
+        profile.problem(f"{profile.folder(device) / 'data'}: {bad} hccl record(s) not shaped as the "
                          "hccl plugin writes them (op, group, start_ns, end_ns, bytes): left out")
     return [DiffTable(
         "collectives", "Collectives per iteration of one rank ({shown} of {total} by |Δ ms|)",

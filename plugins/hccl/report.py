@@ -6,13 +6,12 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobprof.analysis.breakdown import COMMUNICATION, COMMUNICATION_BLOCKING
-from jobprof.plugin.types import NA, Section
+from jobprof.plugin import COMMUNICATION, COMMUNICATION_BLOCKING, NA, Section
 from jobprof.plugins.hccl.collectives import bandwidths
 from jobprof.plugins.hccl.writer import STREAM
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 TOP = 10
 

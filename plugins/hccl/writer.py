@@ -13,12 +13,20 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
-from jobprof.files.timeline import Timeline, device_label
-from jobprof.plugin.types import NA, CollectiveRecord, ExportContext, records_of
+from jobprof.plugin import (
+    NA,
+    CollectiveRecord,
+    ExportContext,
+    Timeline,
+    assign_lanes,
+    device_label,
+    lane_name,
+    lane_tid,
+    records_of,
+)
 from jobprof.plugins.hccl.collectives import bandwidths, msprof_dtype
 
-#: the plugin's raw stream, declared as jobprof.plugin.types.CollectiveRecord (others read it too)
+#: the plugin's raw stream, declared as jobprof.plugin.CollectiveRecord (others read it too)
 STREAM = CollectiveRecord.STREAM
 STATISTIC = "communication_statistic"
 PROCESS = "Communication"

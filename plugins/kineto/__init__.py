@@ -61,9 +61,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, WriterSpec
+from jobprof.plugin import Config, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.kineto.writer import SPEC
 
 KEY = "kineto_trace"

@@ -7,7 +7,7 @@ events (pid / tid as torch.profiler uses them, plus jobprof's own tracks):
 * host events on ``pid`` = the process id, ``tid`` = the OS thread id;
 * ``ProfilerStep#<n>`` (``user_annotation``) on the training thread, ``n = iteration - 1``;
 * jobprof's derived spans (step phases, collectives, mstx ranges, DataLoader waits) on tracks
-  of their own, ``tid = thread + k * 2**22`` (see :mod:`jobprof.files.lanes`), named after the thread
+  of their own, ``tid = thread + k * 2**22`` (see :mod:`jobprof.plugin.lanes`), named after the thread
   they belong to: they may overlap the thread's operators without nesting;
 * CUDA device work on ``pid`` = device index, ``tid`` = stream (Kineto's own layout);
 * on a CPU-only job, each op_summary task again as a ``kernel`` on the pseudo device
@@ -20,24 +20,21 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from jobprof.files.lanes import LANE_STRIDE, assign_lanes
-from jobprof.ops import optree
-from jobprof.ops.opcapture import (
+from jobprof.plugin import (
     CORR,
     DEVICE,
     DTYPES,
     DUR,
     EXTRA,
     KIND,
+    LANE_STRIDE,
     LINK,
+    NA,
     NAME,
     SHAPES,
     START,
     STRIDES,
     TID,
-)
-from jobprof.plugin.types import (
-    NA,
     BatchRecord,
     CollectiveRecord,
     ExportContext,
@@ -45,6 +42,8 @@ from jobprof.plugin.types import (
     TxRecord,
     WorkerFetchRecord,
     WriterSpec,
+    assign_lanes,
+    opview,
     records_of,
 )
 
@@ -108,7 +107,7 @@ class _Builder:
         return self.external
 
 
-def training_thread(ctx: ExportContext, view: optree.OpView | None) -> int:
+def training_thread(ctx: ExportContext, view: opview.OpView | None) -> int:
     """The thread that ran the step: the one whose top-level operators took the most time;
     without operators the main thread (its id is the process id on Linux)."""
     if view is not None and view.top:
@@ -217,7 +216,7 @@ def _input_args(record: list[Any]) -> dict[str, Any]:
     return {"Input Dims": record[SHAPES], "Input type": record[DTYPES], "Input Strides": record[STRIDES]}
 
 
-def _host_lanes(view: optree.OpView, train_tid: int, start_ns: int, end_ns: int) -> dict[int, int]:
+def _host_lanes(view: opview.OpView, train_tid: int, start_ns: int, end_ns: int) -> dict[int, int]:
     """The lane of each host record that cannot sit on its thread's track: one that overlaps a
     sibling without nesting (the operator tree's second lane), and on the training thread one that
     sticks out of ProfilerStep (a block cut at the iteration end, the optimizer step whose post
@@ -239,7 +238,7 @@ def _host_lanes(view: optree.OpView, train_tid: int, start_ns: int, end_ns: int)
     return lanes
 
 
-def _operators(b: _Builder, view: optree.OpView, train_tid: int) -> str:
+def _operators(b: _Builder, view: opview.OpView, train_tid: int) -> str:
     """Every record of the ops stream as torch.profiler writes it; returns how device tasks
     are shown (``cuda``, ``cpu_pseudo_device`` or ``none``)."""
     ctx, records, it = b.ctx, view.records, b.ctx.iteration
@@ -334,7 +333,7 @@ def distributed_info(job: Any) -> dict[str, Any]:
 def render(ctx: ExportContext) -> str:
     """The iteration's trace file (see the module docstring)."""
     b = _Builder(ctx)
-    view = optree.view(ctx)
+    view = opview.view(ctx)
     tid = training_thread(ctx, view)
     it = ctx.iteration
     step = b.span("user_annotation", f"ProfilerStep#{profiler_step(it.index)}", ctx.pid, tid, it.start_ns,

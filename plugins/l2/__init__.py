@@ -45,16 +45,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jobprof.ops import perfcounters
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, Iteration, WriterSpec
+from jobprof.plugin import Config, Iteration, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.l2.counting import OpCounter
 from jobprof.plugins.l2.join import CUPTI_METRICS
 from jobprof.plugins.l2.report import l2_sections, rank_facts
 from jobprof.plugins.l2.writer import EVENTS_STREAM, STREAM, render_csv
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 #: diagnostic switch: ``software`` counts task-clock and page-faults instead of cache events
 EVENTS_ENV = "JOBPROF_L2_EVENTS"

@@ -17,8 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from jobprof.ops.optree import Task
-from jobprof.plugin.types import NA
+from jobprof.plugin import NA, Task
 
 # fields of a counter record (jobprof.plugins.l2.counting)
 R_START, R_END, R_TID, R_NAME, R_VALUES = 0, 1, 2, 3, 4

@@ -10,14 +10,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from jobprof.ops.opcapture import EXTRA, KIND
-from jobprof.ops.opcapture import STREAM as OPS_STREAM
-from jobprof.plugin.types import NA, Section
+from jobprof.plugin import EXTRA, KIND, NA, OPS_STREAM, Section
 from jobprof.plugins.l2.join import CACHE_SOURCES, R_VALUES, cupti_hit_rate, hit_rate, ratio_cell
 from jobprof.plugins.l2.writer import STREAM
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 
 def _about(profile: Profile, device: int) -> dict[str, Any] | None:

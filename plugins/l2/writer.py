@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from jobprof.ops import optree
-from jobprof.plugin.types import NA, ExportContext
+from jobprof.plugin import NA, ExportContext, opview
 from jobprof.plugins.l2.join import CACHE_SOURCES, counts_per_task, cupti_hit_rate, hit_rate, ratio_cell
 
 HEADER = ["Device_id", "Stream Id", "Task Id", "Hit Rate", "Victim Rate", "Op Name"]
@@ -21,7 +20,7 @@ def render_csv(ctx: ExportContext) -> str | None:
     ``software`` mode the counters are not cache events: every rate is N/A (the raw ``l2``
     stream holds the values).  No file when the iteration has no L2 source (counters missing).
     """
-    view = optree.view(ctx)
+    view = opview.view(ctx)
     if view is None:
         return None
     meta = ctx.records(EVENTS_STREAM)

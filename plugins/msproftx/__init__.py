@@ -20,17 +20,14 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, ExportContext, Iteration, WriterSpec
+from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder
 from jobprof.plugins.msproftx.report import marker_sections, rank_facts
 from jobprof.plugins.msproftx.writer import NAME, STREAM, add_tracks, render_csv, render_json
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
-    from jobprof.files.timeline import Timeline
+    from jobprof.plugin import Profile, Timeline
 
 INCLUDE, EXCLUDE = "mstx_domain_include", "mstx_domain_exclude"
 #: the session attribute holding the undo functions of the record_function / NVTX wrappers

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.types import Section, TxRecord
+from jobprof.plugin import Section, TxRecord
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable

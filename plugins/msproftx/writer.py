@@ -9,11 +9,19 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
-from jobprof.files.timeline import HOST_LABEL, Timeline
-from jobprof.plugin.types import NA, ExportContext, TxRecord, records_of
+from jobprof.plugin import (
+    HOST_LABEL,
+    NA,
+    ExportContext,
+    Timeline,
+    TxRecord,
+    assign_lanes,
+    lane_name,
+    lane_tid,
+    records_of,
+)
 
-#: the plugin's raw stream, declared as jobprof.plugin.types.TxRecord (kineto reads it too)
+#: the plugin's raw stream, declared as jobprof.plugin.TxRecord (kineto reads it too)
 STREAM = TxRecord.STREAM
 NAME = "msprof_tx"
 HEADER = ["Device_id", "pid", "tid", "category", "event_type", "payload_type", "payload_value",

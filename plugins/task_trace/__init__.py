@@ -7,7 +7,7 @@ capture, less raw data): the Input/Output Shapes, Data Types and Formats columns
 Deviation from msprof: at ``l0`` msprof also leaves OP Type N/A; jobprof fills it, because it
 is the operator name without its namespace and costs nothing to record.
 
-A task (an op_summary row) is what ran on the device (see :mod:`jobprof.ops.optree`): on a CUDA
+A task (an op_summary row) is what ran on the device (see :mod:`jobprof.plugin.opview`): on a CUDA
 job each kernel, memcpy and memset; on a CPU-only job each top-level dispatcher operator
 (``aten::linear`` called from Python is one task, its inner ``aten::addmm`` is not).
 
@@ -38,7 +38,7 @@ Input Shapes        tensor arguments' shapes (Kineto record_shapes), ``;`` betwe
 Input Data Types    torch dtype names (``float32``, ``bfloat16``, ``int64``...)
 Input Formats       memory layout from the strides: ``contiguous``, ``channels_last``,
                     ``channels_last_3d`` or ``strided``
-Output Shapes       from the operator's semantics (``Task.outputs``, jobprof.ops.opmath) where known,
+Output Shapes       from the operator's semantics (``Task.outputs``, jobprof.plugin.opmath) where known,
 Output Data Types   else N/A (Kineto records no outputs)
 Output Formats      N/A: output strides are not recorded
 Context ID          N/A: Ascend's sub-task context of an operator split over several contexts
@@ -51,17 +51,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, ExportContext, WriterSpec
+from jobprof.plugin import Config, ExportContext, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.task_trace.diff import operator_tables
 from jobprof.plugins.task_trace.report import compute_spans, rank_facts, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
 from jobprof.plugins.task_trace.trace import DEFAULT_LIMIT, LIMIT_KEY, add_to_master, render_task_time_json
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
-    from jobprof.files.timeline import Timeline
+    from jobprof.plugin import Profile, Timeline
 
 
 def enabled(config: Config | None) -> bool:

@@ -10,25 +10,25 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobprof.files import fsio, rawstore
-from jobprof.plugin.types import DiffCount, DiffTable
+from jobprof.plugin import DiffCount, DiffTable
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 STATISTIC = "op_statistic"
 
 
-def read_op_statistic(paths: Iterable[Path]) -> tuple[dict[tuple[str, str], list[Any]], int]:
+def read_op_statistic(profile: Profile,
+                      paths: Iterable[Path]) -> tuple[dict[tuple[str, str], list[Any]], int]:
     """``{(OP Type, Core Type): [calls, total µs, [µs in each file holding it]]}`` over ``paths``,
     and the number of files read (an operator type absent from a file spent 0 µs there)."""
     groups: dict[tuple[str, str], list[Any]] = {}
     files = 0
     for path in paths:
         try:
-            found = _op_statistic(path)
+            found = _op_statistic(profile, path)
         except (OSError, ValueError, csv.Error) as exc:  # one unreadable file: the others count
-            rawstore.problem(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}: left out")
+            profile.problem(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}: left out")
             continue
         for key, (count, total) in found.items():
             g = groups.setdefault(key, [0, 0.0, []])
@@ -39,11 +39,11 @@ def read_op_statistic(paths: Iterable[Path]) -> tuple[dict[tuple[str, str], list
     return groups, files
 
 
-def _op_statistic(path: Path) -> dict[tuple[str, str], tuple[int, float]]:
+def _op_statistic(profile: Profile, path: Path) -> dict[tuple[str, str], tuple[int, float]]:
     """One op_statistic file's (OP Type, Core Type) -> (calls, total µs); ValueError names what is
     wrong with a file that is not one."""
     found: dict[tuple[str, str], tuple[int, float]] = {}
-    with fsio.open_read(path, "r", newline="", encoding="utf-8") as handle:
+    with profile.open_text(path) as handle:
         reader = csv.DictReader(handle)
         missing = {"OP Type", "Core Type", "Count", "Total Time(us)"} - set(reader.fieldnames or ())
         if missing:
@@ -64,7 +64,7 @@ def _op_statistic(path: Path) -> dict[tuple[str, str], tuple[int, float]]:
 def operator_tables(profile: Profile, device: int) -> list[DiffTable]:
     """The device's operator table; always returned (with no files, ``present`` is False), so
     the diff can say that a side has no operator data."""
-    groups, files = read_op_statistic(profile.summary_files(device, STATISTIC))
+    groups, files = read_op_statistic(profile, profile.summary_files(device, STATISTIC))
     return [DiffTable(
         "operators",
         "Operator types per iteration of one rank (A: {a}, B: {b} op_statistic files; "

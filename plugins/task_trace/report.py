@@ -16,15 +16,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobprof.analysis.breakdown import COMPUTE
-from jobprof.files import fsio, rawstore
-from jobprof.ops import optree
-from jobprof.ops.opcapture import DEVICE_KINDS, DUR, KIND, NAME, START, TID
-from jobprof.ops.opcapture import STREAM as OPS_STREAM
-from jobprof.plugin.types import Finding, Section
+from jobprof.plugin import (
+    COMPUTE,
+    DEVICE_KINDS,
+    DUR,
+    KIND,
+    NAME,
+    OPS_STREAM,
+    START,
+    TID,
+    Finding,
+    Section,
+    opview,
+)
 
 if TYPE_CHECKING:
-    from jobprof.analysis.profile import Profile
+    from jobprof.plugin import Profile
 
 TOP = 15
 #: a finding names the operator types holding this share of compute time ...
@@ -33,16 +40,16 @@ CONCENTRATION = 0.8
 CONCENTRATION_TYPES = 5
 
 
-def _groups(paths: list[Path]) -> tuple[dict[tuple[str, str], list[float]], int]:
+def _groups(profile: Profile, paths: list[Path]) -> tuple[dict[tuple[str, str], list[float]], int]:
     """{(OP Type, Core Type): [count, total µs]} over the op_statistic files, and the file count."""
     groups: dict[tuple[str, str], list[float]] = {}
     files = 0
     for path in paths:
         try:
-            with fsio.open_read(path, "r", newline="", encoding="utf-8") as handle:
+            with profile.open_text(path) as handle:
                 rows = list(csv.DictReader(handle))
         except (OSError, ValueError, csv.Error) as exc:  # unreadable, not UTF-8: the others count
-            rawstore.problem(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}: left out")
+            profile.problem(f"{path}: {exc.strerror if isinstance(exc, OSError) else exc}: left out")
             continue
         files += 1
         for row in rows:
@@ -83,7 +90,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     """This device's op_statistic totals: ``groups``, one ``[OP Type, Core Type, count, total µs]``
     per group in the order first seen (the order the totals were summed in), the number of
     op_statistic files read and of iterations; None without a group."""
-    groups, files = _groups(profile.summary_files(device, "op_statistic"))
+    groups, files = _groups(profile, profile.summary_files(device, "op_statistic"))
     if not groups:
         return None
     # JSON has no NaN or infinity (a damaged CSV's "nan"): those travel as their str()
@@ -127,18 +134,18 @@ def top_sections(profile: Profile) -> list[Section]:
 def compute_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
     """The spans of every task that is not communication: Overlap Analysis's ``Computing``.
 
-    The same tasks as :class:`~jobprof.ops.optree.OpView` (device work on a GPU, else the top-level
+    The same tasks as :class:`~jobprof.ops.opview.OpView` (device work on a GPU, else the top-level
     dispatcher operators) without building the operator tree: the summary asks this of every
     iteration of every rank.
     """
     records = streams.get(OPS_STREAM)
     if not records:
         return None
-    comm = optree.COMM_PREFIXES
+    comm = opview.COMM_PREFIXES
     device = [r for r in records if r[KIND] in DEVICE_KINDS]
     if device:
         return {COMPUTE: [(r[START], r[START] + r[DUR]) for r in device if not r[NAME].startswith(comm)]}
-    # dispatcher operators (optree.is_dispatch_op, inlined: this runs over every record)
+    # dispatcher operators (opview.is_dispatch_op, inlined: this runs over every record)
     ops = sorted((r[START], r[DUR], r[TID], r[NAME]) for r in records if r[KIND] == "cpu_op"
                  and "::" in r[NAME] and not r[NAME].startswith(("autograd::", "torch::autograd::")))
     spans = []

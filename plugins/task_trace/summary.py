@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from jobprof.plugin.types import NA, ExportContext
+from jobprof.plugin import NA, ExportContext
 from jobprof.plugins.task_trace.table import TaskTable, csv_cell, table, us3
 
 SUMMARY_HEADER = ["Device_id", "Model ID", "Task ID", "Stream ID", "Op Name", "OP Type", "OP State",

@@ -16,9 +16,7 @@ import marshal
 import re
 from typing import Any
 
-from jobprof.ops import optree
-from jobprof.ops.opcapture import DTYPES, NAME, SHAPES, STRIDES
-from jobprof.plugin.types import NA, ExportContext
+from jobprof.plugin import DTYPES, NA, NAME, SHAPES, STRIDES, ExportContext, opview
 from jobprof.plugins.task_trace.formats import input_cells, output_cells
 
 MEMO_KEY = "task_trace.table"
@@ -66,7 +64,7 @@ class Signatures:
     def __init__(self) -> None:
         self._cells: dict[bytes, tuple[tuple[str, str, str], tuple[str, str, str]]] = {}
 
-    def lookup(self, task: optree.Task) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
+    def lookup(self, task: opview.Task) -> tuple[tuple[str, str, str], tuple[str, str, str]]:
         """(input CSV cells, output CSV cells) of a task whose operator's inputs were recorded.
         Outputs are a function of the signature (``Task.outputs`` derives them from the
         operator's name and inputs)."""
@@ -91,7 +89,7 @@ class Signatures:
 class TaskTable:
     """Columns (lists, one item per task in start order) of one iteration's tasks."""
 
-    def __init__(self, ctx: ExportContext, view: optree.OpView) -> None:
+    def __init__(self, ctx: ExportContext, view: opview.OpView) -> None:
         self.ctx = ctx
         self.view = view
         tasks = self.tasks = view.tasks
@@ -188,6 +186,6 @@ def table(ctx: ExportContext) -> TaskTable | None:
     operator records."""
     memo = ctx.memo
     if MEMO_KEY not in memo:
-        view = optree.view(ctx)
+        view = opview.view(ctx)
         memo[MEMO_KEY] = TaskTable(ctx, view) if view is not None and view.tasks else None
     return memo[MEMO_KEY]

@@ -30,10 +30,26 @@ from heapq import merge
 from itertools import islice
 from typing import Any
 
-from jobprof.files.timeline import DEVICE_PROCESS, HOST_LABEL, Timeline, device_label, dumps
-from jobprof.ops import optree
-from jobprof.ops.opcapture import DTYPES, DUR, KIND, NAME, SHAPES, START, TID
-from jobprof.plugin.types import CollectiveRecord, ExportContext, records_of
+from jobprof.plugin import (
+    DEVICE_PROCESS,
+    DTYPES,
+    DUR,
+    HOST_LABEL,
+    KIND,
+    NAME,
+    SHAPES,
+    START,
+    TID,
+    CollectiveRecord,
+    ExportContext,
+    Timeline,
+    device_label,
+    opview,
+    records_of,
+)
+from jobprof.plugin import (
+    timeline_json as dumps,
+)
 from jobprof.plugins.task_trace.table import TaskTable, table
 
 HOST_PROCESS = "CANN"
@@ -116,7 +132,7 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
     return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
 
 
-def _host_lanes(view: optree.OpView) -> dict[int, int]:
+def _host_lanes(view: opview.OpView) -> dict[int, int]:
     """Track lane (>= 1) of every record OpView put on its overlap lane: those records must
     also nest among themselves, so they are spread greedily like msproftx's ranges."""
     records, out = view.records, {}
@@ -144,7 +160,7 @@ def _host_lanes(view: optree.OpView) -> dict[int, int]:
 
 def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     """The CANN host layer, the device tasks, HostToDevice flows and Overlap Analysis."""
-    view = optree.view(ctx)
+    view = opview.view(ctx)
     if view is None:
         return
     tab = table(ctx)
@@ -153,8 +169,8 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     host_pid = timeline.process(HOST_PROCESS, HOST_LABEL)
     # host calls only: not the device work, nor Kineto's projections of ranges onto GPU
     # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
-    host = [i for i, r in enumerate(records) if r[KIND] not in optree.DEVICE_KINDS
-            and not r[KIND].startswith(optree.DEVICE_RANGE_PREFIXES)]
+    host = [i for i, r in enumerate(records) if r[KIND] not in opview.DEVICE_KINDS
+            and not r[KIND].startswith(opview.DEVICE_RANGE_PREFIXES)]
     # an op-heavy iteration (LBFGS: ~170,000 tasks) keeps the time prefix that fits the limit
     limit = event_limit(ctx)
     task_starts = [t.start for t in tab.tasks] if tab is not None else []
@@ -188,7 +204,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     for r in hosts:
         key = (r[NAME], r[KIND])
         if key not in heads:
-            args = f'{{"Op Type": {dumps(optree.op_type(r[NAME]))}' if r[KIND] == "cpu_op" \
+            args = f'{{"Op Type": {dumps(opview.op_type(r[NAME]))}' if r[KIND] == "cpu_op" \
                 else f'{{"Event Type": {dumps(r[KIND])}'
             heads[key] = f'{{"name": {dumps(r[NAME])}, "pid": {host_pid}, "args": {args}'
     dtype_text: dict[tuple[str, ...], str] = {}
@@ -220,7 +236,7 @@ def _inputs(record: list[Any], dtype_text: dict[tuple[str, ...], str]) -> str:
     return f', "Input Dims": {record[SHAPES]}, "Input type": {names}'
 
 
-def _add_tasks(ctx: ExportContext, timeline: Timeline, view: optree.OpView, tab: TaskTable, count: int,
+def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab: TaskTable, count: int,
                host_pid: int, track: dict[int, int], ts_of: dict[int, float],
                events: list[str]) -> None:
     """The first ``count`` tasks (all, unless the iteration is capped) and their flows."""
@@ -260,15 +276,15 @@ def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[lis
                f'"args": {{"Event Type": "gpu_user_annotation"}}, "ph": "X"}}' for r in ranges]
 
 
-def _add_overlap(ctx: ExportContext, timeline: Timeline, view: optree.OpView) -> None:
+def _add_overlap(ctx: ExportContext, timeline: Timeline, view: opview.OpView) -> None:
     it = ctx.iteration
     if it.end_ns <= it.start_ns:
         return
-    comm = optree.COMMUNICATION
+    comm = opview.COMMUNICATION
     computing = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type != comm]
     communication = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type == comm]
     communication += [(r.start_ns, r.end_ns) for r in records_of(ctx, CollectiveRecord)]
-    spans = optree.overlap(computing, communication, it.start_ns, it.end_ns)
+    spans = opview.overlap(computing, communication, it.start_ns, it.end_ns)
     pid = timeline.process(OVERLAP_PROCESS, device_label(ctx.device_id))
     offset = ctx.axis.offset_ns
     events: list[str] = []

@@ -10,15 +10,13 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.session import PluginSession
-from jobprof.plugin.types import Config, ExportContext, Iteration, WriterSpec
+from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.training_trace.points import PointCollector
 from jobprof.plugins.training_trace.report import phase_spans
 from jobprof.plugins.training_trace.writer import STREAM, add_to_master, render_csv, render_json
 
 if TYPE_CHECKING:
-    from jobprof.files.timeline import Timeline
+    from jobprof.plugin import Timeline
 
 
 @hookimpl

@@ -14,7 +14,7 @@ import weakref
 from collections import deque
 from typing import Any
 
-from jobprof.plugin.types import Iteration, StepPointsRecord
+from jobprof.plugin import Iteration, StepPointsRecord
 
 _now = time.monotonic_ns
 #: hits remembered while no iteration takes them

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jobprof.analysis.breakdown import FORWARD_BACKWARD, REFRESH
-from jobprof.plugin.types import Iteration
+from jobprof.plugin import FORWARD_BACKWARD, REFRESH, Iteration
 from jobprof.plugins.training_trace.writer import STREAM, fp_bp
 
 

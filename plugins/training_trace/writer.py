@@ -5,13 +5,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from jobprof.files.lanes import assign_lanes, lane_name, lane_tid
-from jobprof.files.rawstore import PROFILER_STREAM
-from jobprof.files.timeline import DEVICE_PROCESS, SYNTHETIC_TID, Timeline, device_label, dumps, process_pid
-from jobprof.plugin.types import NA, CollectiveRecord, ExportContext, Iteration, StepPointsRecord, records_of
+from jobprof.plugin import (
+    DEVICE_PROCESS,
+    NA,
+    PROFILER_STREAM,
+    SYNTHETIC_TID,
+    CollectiveRecord,
+    ExportContext,
+    Iteration,
+    StepPointsRecord,
+    Timeline,
+    assign_lanes,
+    device_label,
+    lane_name,
+    lane_tid,
+    process_pid,
+    records_of,
+)
+from jobprof.plugin import (
+    timeline_json as dumps,
+)
 
 #: the plugin's raw stream: one record per iteration with its marked points (declared as
-#: jobprof.plugin.types.StepPointsRecord: kineto reads it too)
+#: jobprof.plugin.StepPointsRecord: kineto reads it too)
 STREAM = StepPointsRecord.STREAM
 HEADER = ["Device_id", "Iteration ID", "FP Start(us)", "BP End(us)", "Iteration End(us)",
           "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)",
@@ -73,7 +89,7 @@ def render_csv(ctx: ExportContext) -> str:
 def step_trace_tid(model_id: int) -> int:
     """The step trace track's tid (its Reduce track is the next): msprof's ``70000 + model id``
     overflows a uint32 for the eager model 4294967295, and a device process holds OS-thread
-    streams too, so it lies above them (``jobprof.files.timeline``'s track rule)."""
+    streams too, so it lies above them (``jobprof.plugin.timeline``'s track rule)."""
     return SYNTHETIC_TID + 2 * (model_id % (1 << 20))
 
 
@@ -130,7 +146,7 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
                                 "Iteration Refresh(us)": span(v["bp"], v["end"])},
                        "cat": "Iteration Refresh", "ph": "X"})
     # DDP's bucket all-reduces overlap (each is launched before the previous one ends): one
-    # track cannot show that, so an overlapping reduce goes to the next lane (jobprof.files.lanes)
+    # track cannot show that, so an overlapping reduce goes to the next lane (jobprof.plugin.lanes)
     lanes = assign_lanes(v["reduces"])
     for lane in sorted(set(lanes)):
         tid_, name = lane_tid(reduce_tid, lane), lane_name(reduce_name, lane)

@@ -26,8 +26,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from jobprof.ops import opmath
-from jobprof.ops.opcapture import (
+from jobprof.plugin import opmath
+from jobprof.plugin.records import (
     CONCRETE,
     CORR,
     DEVICE_KINDS,
@@ -37,13 +37,16 @@ from jobprof.ops.opcapture import (
     KIND,
     LINK,
     NAME,
+    OPS_STREAM,
     SHAPES,
     START,
     STRIDES,
     TID,
+    CompiledGraphRecord,
+    FusedKernel,
+    records_of,
 )
-from jobprof.ops.opcapture import STREAM as OPS_STREAM
-from jobprof.plugin.types import CompiledGraphRecord, ExportContext, FusedKernel, records_of
+from jobprof.plugin.values import ExportContext
 
 MEMO_KEY = "optree"
 #: Core Type of a task, by what ran it

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jobprof.plugin.manager import PluginManager
-    from jobprof.plugin.types import ExportContext
+    from jobprof.plugin.values import ExportContext
 
 #: the writer name of the master timeline (``msprof_<dev>_<model>_<iter>.json``)
 NAME = "msprof"
@@ -34,7 +34,7 @@ DEVICE_PROCESS = "Ascend Hardware"
 #: * pids lie in ``[PID_BASE, 2**32)``: ``PID_BASE + os_pid * PID_SLOTS + n`` in a per-iteration
 #:   file (unique per process of a job on a host), ``PID_BASE + group * PID_BLOCK + n`` in a merge;
 #: * tids lie in ``[0, PID_BASE)``: OS thread ids (< 2**22) and their lanes (``+ k * 2**22``,
-#:   ``jobprof.files.lanes``), stream, plane and group numbers, and jobprof's own tracks in a process
+#:   ``jobprof.plugin.lanes``), stream, plane and group numbers, and jobprof's own tracks in a process
 #:   that also holds OS-thread tracks from ``SYNTHETIC_TID`` up;
 #:
 #: so no tid equals a pid, a tid 0 is one track of its own, and every track Perfetto shows is
