@@ -245,7 +245,7 @@ def stretch(src_prof: Path, dest: Path, ranks: int, iterations: int) -> Path:
     every iteration counted as rendered.  No summary/ or timeline/ file: what it measures is
     reading facts files and the cross-rank half, not rendering."""
     from jobprof.analysis import facts as facts_mod
-    from jobprof.plugin import Profile
+    from jobprof.analysis.profile import Profile
 
     source = _devices(src_prof)
     kept = {old: facts_mod.read_file(d / "data" / f"facts.{old}.json") for old, d in source}

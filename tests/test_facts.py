@@ -16,9 +16,9 @@ import pytest
 
 from conftest import Runner, jobprof_cli, loaded_manager, torchrun
 from jobprof.analysis import facts, summary
+from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
 from jobprof.files import rawstore
-from jobprof.plugin import Profile
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter

@@ -17,9 +17,9 @@ import pytest
 
 from conftest import REPO, Runner, jobprof_cli, raw, read_csv, torchrun
 from jobprof.plugin.records import CompiledGraphRecord
-from jobprof.plugin.types import CompileCountersRecord
 from jobprof.plugin.values import STEP_MODE_MODEL_ID
 from jobprof.plugins.fusion_op import wrapper
+from jobprof.plugins.fusion_op.records import CompileCountersRecord
 from jobprof.plugins.fusion_op.writer import HEADER
 
 PROGRAM = REPO / "tests" / "programs" / "compiled_job.py"

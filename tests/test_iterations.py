@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from conftest import raw
-from jobprof.plugin import Profile
+from jobprof.analysis.profile import Profile
 
 LOOPS = __import__("pathlib").Path(__file__).with_name("loops.py")
 

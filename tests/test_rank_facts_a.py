@@ -21,9 +21,9 @@ import pytest
 
 from conftest import REPO, Runner, loaded_manager, torchrun
 from jobprof.analysis import facts
+from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
 from jobprof.files import rawstore
-from jobprof.plugin import Profile
 from jobprof.plugin.results import Section
 from jobprof.plugins.dp import report as dp_report
 from jobprof.plugins.fusion_op import report as fusion_report

@@ -22,8 +22,8 @@ import pytest
 
 from conftest import REPO, Runner, loaded_manager
 from jobprof.analysis import facts
+from jobprof.analysis.profile import Profile
 from jobprof.files import rawstore
-from jobprof.plugin import Profile
 from jobprof.plugin.results import Section
 from jobprof.plugins.aicpu import report as aicpu_report
 from jobprof.plugins.l2 import report as l2_report

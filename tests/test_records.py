@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import Runner, free_port, jobprof_cli
-from jobprof.plugin import Profile
+from jobprof.analysis.profile import Profile
 from jobprof.plugin.records import (
     BatchRecord,
     CollectiveRecord,
@@ -24,7 +24,7 @@ from jobprof.plugin.records import (
     WorkerFetchRecord,
     records_of,
 )
-from jobprof.plugin.types import LoaderRecord
+from jobprof.plugins.dp.records import LoaderRecord
 
 #: every declared record type, by the stream it belongs to
 DECLARED: dict[str, tuple[type, ...]] = {

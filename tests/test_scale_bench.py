@@ -14,7 +14,7 @@ import pytest
 
 from conftest import Runner, jobprof_cli, torchrun
 from jobprof.analysis import facts
-from jobprof.plugin import Profile
+from jobprof.analysis.profile import Profile
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 

@@ -15,10 +15,10 @@ import pytest
 
 from conftest import Runner, jobprof_cli, read_csv, torchrun
 from jobprof.analysis import breakdown
+from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
 from jobprof.analysis.stats import p95
 from jobprof.analysis.summary import summarize
-from jobprof.plugin import Profile
 from jobprof.plugin.hookspec import hookimpl
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter

@@ -158,7 +158,7 @@ def facts(run_: Run) -> dict[str, str]:
 
 
 def iterations(run_: Run, device: int = 0) -> tuple[list[Any], dict[str, Any]]:
-    from jobprof.plugin import Profile
+    from jobprof.analysis.profile import Profile
 
     profile = Profile(run_.prof_dir())
     return profile.iterations(device), profile.info(device).get("jobprof", {})
