@@ -553,6 +553,38 @@ def test_fail_is_idempotent_and_keeps_the_first_error():
     assert manager.configure(None) == []
 
 
+def test_the_writers_of_a_plugin_configured_off_are_not_asked():
+    """The core asks ``jobprof_configure(config)`` before ``jobprof_writers(config)``: a plugin
+    whose option is off writes nothing without checking it again; ``jobprof plugins`` (config
+    None) still lists its files."""
+    from jobprof.plugin.values import Config
+
+    manager, _ = _manager()
+    asked: list[str] = []
+
+    def plugin(name: str) -> type:
+        class Plugin:
+            @staticmethod
+            @hookimpl
+            def jobprof_configure(config: Config) -> bool:
+                return config.is_on(name)
+
+            @staticmethod
+            @hookimpl
+            def jobprof_writers(config: Config | None) -> list:
+                asked.append(name)
+                return [WriterSpec(name, "csv", lambda ctx: "")]
+        return Plugin
+
+    manager.register(plugin("on_one"), "on_one")
+    manager.register(plugin("off_one"), "off_one")
+    config = Config({"on_one": "on", "off_one": "off"})
+    assert [name for name, _ in manager.writers(config)] == ["on_one"]
+    assert asked == ["on_one"]
+    assert sorted(name for name, _ in manager.writers(None)) == ["off_one", "on_one"]
+    assert manager.is_active("off_one")  # asked, not deactivated: the session's state is its own
+
+
 def test_generator_results_are_listed_inside_the_isolation():
     manager, stream = _manager()
 

@@ -105,9 +105,10 @@ def jobprof_options_schema() -> Mapping[str, Any] | None:
 def jobprof_configure(config: Config) -> bool | None:
     """Decide whether the plugin takes part in this run.
 
-    Called once the options are valid, with the frozen effective :class:`~jobprof.plugin.Config`.
-    Return ``False`` to stay inactive (no session hooks are called on an inactive plugin);
-    ``True`` or ``None`` means active.
+    Called once the options are valid, with the frozen effective :class:`~jobprof.plugin.Config`,
+    and again by the exporter (``jobprof export`` too) to know whose writers to ask: a pure
+    function of ``config``.  Return ``False`` to stay inactive (no session hooks are called on
+    an inactive plugin, its ``jobprof_writers`` is not asked); ``True`` or ``None`` means active.
 
     Example::
 
@@ -184,17 +185,16 @@ def jobprof_writers(config: Config | None) -> Iterable[WriterSpec] | None:
     """Describe the per-iteration files the plugin renders from raw records.
 
     Called by the exporter, in the profiled process and by ``jobprof export`` (then with the
-    config recorded in ``info.json``), and by ``jobprof plugins`` with ``config=None`` (list
-    every file the plugin can write).  Also called when the plugin's ``jobprof_configure``
-    returned False, and ``jobprof export`` never calls ``jobprof_configure``: check your own
-    option here.  Return :class:`~jobprof.plugin.WriterSpec` objects.
+    config recorded in ``info.json``), only for a plugin whose ``jobprof_configure(config)``
+    does not answer False (the core asks it there too), and by ``jobprof plugins`` with
+    ``config=None`` (list every file the plugin can write).  Return
+    :class:`~jobprof.plugin.WriterSpec` objects.
 
     Example::
 
         @hookimpl
         def jobprof_writers(config):
-            if config is None or config.is_on("gpu_temp"):
-                return [WriterSpec("gpu_temp", "csv", render=render_csv)]
+            return [WriterSpec("gpu_temp", "csv", render=render_csv)]
     """
 
 

@@ -369,18 +369,25 @@ class PluginManager(pluggy.PluginManager):
 
         return isolated
 
-    def _answers(self, hook_name: str, only_active: bool, **kwargs: Any) -> list[tuple[str, Any]]:
-        """One hook through pluggy, as ``(plugin, checked value)`` pairs in calling order."""
-        answers = self._caller(hook_name, only_active)(**kwargs)
+    def _answers(self, hook_name: str, only_active: bool, skip: Iterable[str] = (),
+                 **kwargs: Any) -> list[tuple[str, Any]]:
+        """One hook through pluggy, as ``(plugin, checked value)`` pairs in calling order; the
+        plugins named in ``skip`` are not called."""
+        left_out = self._excluded(only_active) + [p for n in skip if (p := self.get_plugin(n)) is not None]
+        caller = self.subset_hook_caller(hook_name, left_out) if left_out else getattr(self.hook, hook_name)
+        answers = caller(**kwargs)
         if answers is None:
             return []
         if isinstance(answers, Answer):  # a firstresult hook
             answers = [answers]
         return [(a.plugin, a.value) for a in answers if self.has_plugin(a.plugin)]
 
+    def _excluded(self, only_active: bool) -> list[Any]:
+        return [p for n in self._inactive if (p := self.get_plugin(n)) is not None] if only_active else []
+
     def _caller(self, hook_name: str, only_active: bool) -> pluggy.HookCaller:
         caller: pluggy.HookCaller = getattr(self.hook, hook_name)
-        inactive = [p for n in self._inactive if (p := self.get_plugin(n)) is not None] if only_active else []
+        inactive = self._excluded(only_active)
         return self.subset_hook_caller(hook_name, inactive) if inactive else caller
 
     # -- one typed method per hook (tox 4 style), in lifecycle order --------------------------
@@ -425,8 +432,12 @@ class PluginManager(pluggy.PluginManager):
         self._caller("jobprof_session_end", True)(session=session)
 
     def writers(self, config: Config | None) -> list[tuple[str, list[WriterSpec]]]:
-        """``jobprof_writers(config)`` of every loaded plugin (active or not)."""
-        return self._answers("jobprof_writers", False, config=config)
+        """``jobprof_writers(config)`` of every loaded plugin that takes part in a run with
+        ``config``: those whose ``jobprof_configure(config)`` answers False are not asked (asked
+        here, not taken from this process's session: ``jobprof export`` configures nothing and
+        each device has its own options).  ``config`` None (``jobprof plugins``): every plugin."""
+        off = [] if config is None else [name for name, on in self.configure(config) if on is False]
+        return self._answers("jobprof_writers", False, skip=off, config=config)
 
     def aic_metrics(self, name: str | None) -> tuple[str, MetricSet] | None:
         """The plugin answering ``jobprof_aic_metrics(name)`` first (a firstresult hook: the

@@ -45,8 +45,6 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not config.is_on("aicpu"):
-        return []
     return [WriterSpec("aicpu", "csv", render_csv,
                        "one row per top-level operator: compute / memcpy / dispatch split of its time")]
 

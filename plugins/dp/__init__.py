@@ -90,8 +90,6 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not enabled(config):
-        return []
     return [WriterSpec("dp", "csv", render_csv,
                        "DataLoader events: request/dequeue in the loop, fetch/collate in workers")]
 

@@ -139,8 +139,6 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not jobprof_configure(config):
-        return []
     return [WriterSpec("fusion_op", "csv", render_csv,
                        "one file per compiled graph (torch.compile), in the iteration it was compiled: "
                        "its kernels and the ATen operators each replaced")]

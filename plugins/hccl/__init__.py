@@ -72,8 +72,6 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not config.is_on("hccl"):
-        return []
     return [
         WriterSpec("hccl", "json", render_json, "collectives: a track per process group, an event per "
                    "operation with bytes, dtype, algbw / busbw"),

@@ -67,11 +67,6 @@ from jobprof.plugins.kineto.writer import SPEC
 KEY = "kineto_trace"
 
 
-def enabled(config: Config | None) -> bool:
-    """``config`` None (listing every file) counts as on."""
-    return config is None or config.is_on(KEY)
-
-
 @hookimpl
 def jobprof_options_schema() -> dict[str, Any]:
     return {"properties": {KEY: {
@@ -94,6 +89,4 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if not enabled(config):
-        return []
     return [SPEC]

@@ -146,8 +146,6 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not config.is_on("l2"):
-        return []
     return [WriterSpec("l2_cache", "csv", render_csv,
                        "one row per task: L2 / last-level cache hit rate (N/A without cache counters)")]
 

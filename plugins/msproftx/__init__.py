@@ -92,8 +92,6 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not config.is_on("msproftx"):
-        return []
     return [
         WriterSpec(NAME, "csv", render_csv, "user markers: one row per mark / range (mstx, "
                    "record_function, NVTX)"),

@@ -92,8 +92,6 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if not enabled(config):
-        return []
     return [
         WriterSpec("op_summary", "csv", render_op_summary,
                    "one row per task: ids, times, inputs, aic_metrics columns"),

@@ -58,8 +58,6 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    if config is not None and not config.is_on("training_trace"):
-        return []
     return [
         WriterSpec("step_trace", "csv", render_csv,
                    "one row per iteration: FP/BP, refresh, data bound, reduces"),
