@@ -50,12 +50,12 @@ for _ in range({ITERATIONS}):
 print("done")
 """
 
-#: op_summary's own columns (contract section 3), before any metric column
+#: op_summary's own columns (docs/msprof.md section 3), before any metric column
 BASE = ["Device_id", "Model ID", "Task ID", "Stream ID", "Op Name", "OP Type", "OP State", "Task Type",
         "Task Start Time(us)", "Task Duration(us)", "Task Wait Time(us)", "Block Dim", "Mix Block Dim",
         "HF32 Eligible", "Input Shapes", "Input Data Types", "Input Formats", "Output Shapes",
         "Output Data Types", "Output Formats", "Context ID"]
-#: each group's columns, as the contract (section 1.2) lists them
+#: each group's columns, as docs/msprof.md (section 1.2) lists them
 GROUPS = {
     "PipeUtilization": "aicore_time(us), total_cycles, vec_time(us), vec_ratio, mac_time(us), mac_ratio, "
                        "scalar_time(us), scalar_ratio, mte1_time(us), mte1_ratio, mte2_time(us), mte2_ratio, "

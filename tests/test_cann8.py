@@ -17,7 +17,7 @@ from jobprof.analysis import cann8
 from jobprof.analysis.merge import group_of
 
 STEPS = 6
-#: contract section 2: <name>_<YYYYMMDDhhmmss>.csv|json, slices <name>_slice_<n>_<ts>.csv
+#: docs/msprof.md section 2: <name>_<YYYYMMDDhhmmss>.csv|json, slices <name>_slice_<n>_<ts>.csv
 NAME_RE = re.compile(r"^(?P<name>[a-z][a-z0-9_]*?)(_slice_\d+)?_(?P<ts>\d{14})\.(csv|json)$")
 
 JOB = """

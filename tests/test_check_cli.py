@@ -32,7 +32,7 @@ def test_default_options(env: dict[str, str], tmp_path: Path) -> None:
     assert code == 0 and result["valid"] is True and result["problems"] == []
     assert result["source"] == DEFAULT_SOURCE
     config = result["config"]
-    # msprof's default set (contract section 1), output resolved against the cwd
+    # msprof's default set (docs/msprof.md section 1), output resolved against the cwd
     assert {k: config[k] for k in options.MSPROF_DEFAULT} == {
         **options.MSPROF_DEFAULT, "output": str(tmp_path.resolve())}
     assert config["l2"] == "off" and "task_time" not in config

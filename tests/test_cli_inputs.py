@@ -70,7 +70,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def prof(base: Path, tmp_path: Path) -> Path:
     """A fresh copy of the profile, for one case to break, without its facts files: the readers
-    are under test (a facts file answers for a rendered CSV edited in place, see README)."""
+    are under test (a facts file answers for a rendered CSV edited in place, see docs/many-ranks.md)."""
     copy = tmp_path / "out" / base.name
     shutil.copytree(base, copy)
     for facts in copy.glob("device_*/data/facts.*.json"):

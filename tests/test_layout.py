@@ -4,7 +4,7 @@ Read from the source (``ast``), not from ``sys.modules``: every ``import`` a mod
 counts, at module level or inside a function (a lazy import is still a dependency); imports under
 ``if TYPE_CHECKING:`` do not (they never run).  Asserted:
 
-* the stages of ARCHITECTURE.md and CONTRIBUTING: ``plugin`` (the contract) imports no other stage;
+* the stages of docs/architecture.md: ``plugin`` (the contract) imports no other stage;
   ``files`` and ``ops`` only ``plugin``; ``analysis`` never ``runtime``; ``cli`` never ``runtime``;
 * the module graph has no cycle (every module can be imported on its own, in some order);
 * the core never imports a plugin, and no plugin imports another plugin;

@@ -10,10 +10,11 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import jsonschema
 import pytest
 
 import jobprof.plugins.training_trace as training_trace
@@ -362,7 +363,7 @@ def test_plugin_alternatives_and_required(given: dict, line: str, tmp_path: Path
     {"$defs": {"switch": {"type": "integer"}}},  # would silently change every core switch
 ])
 def test_compose_rejects_bad_fragment(fragment: Any) -> None:
-    with pytest.raises(jsonschema.SchemaError, match=r"^plugin 'bad': invalid options"):
+    with pytest.raises(options.SchemaProblem, match=r"^plugin 'bad': invalid options"):
         options.compose([("bad", fragment)])
 
 
@@ -551,3 +552,42 @@ def test_a_plugin_can_add_a_metric_group_name(tmp_path: Path) -> None:
     [problem] = outcome.problems
     assert problem.path == "$.aic_metrics"
     assert "PipeUtilization" in problem.message and '"Intensity"' in problem.message
+
+
+def test_a_profiled_start_with_valid_options_never_imports_jsonschema(tmp_path: Path) -> None:
+    """jsonschema (0.1-1.1 s to import) explains invalid options; valid ones are checked by
+    jsonschema-rs alone (jobprof.plugin.schemacheck), so the job starts without it."""
+    code = "import sys; print('jsonschema' in sys.modules, 'jobprof.runtime.bootstrap' in sys.modules)"
+    every = {"output": str(tmp_path), "training_trace": "on", "task_trace": "l1", "aicpu": "on", "hccl": "on",
+             "msproftx": "on", "aic_metrics": "PipeUtilization", "l2": "on", "kineto_trace": "on",
+             "fusion_op": "on", "dp": "on", "storage_limit": "500MB"}
+    env = {**os.environ, "PROFILING_MODE": "true", "PROFILING_OPTIONS": json.dumps(every)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.split() == ["False", "True"], (run.stdout, run.stderr)
+    env["PROFILING_OPTIONS"] = json.dumps({**every, "hccl": "maybe"})
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert run.stdout.split() == ["True", "True"], (run.stdout, run.stderr)  # imported to explain
+    assert "$.hccl: must be one of" in run.stderr and "the job runs unprofiled" in run.stderr, run.stderr
+
+
+@pytest.mark.parametrize("options", [
+    {"output": "./"}, {"output": ""}, {"output": "a\bb"}, {"output": "a\x7fb"}, {"output": 3},
+    {"training_trace": "on"}, {"training_trace": "ON"}, {"task_trace": "l2"}, {"task_trace": "l3"},
+    {"aic_metrics": "Custom:0x1,0x2"}, {"aic_metrics": "Custom:0x1\n"}, {"aic_metrics": "Nope"},
+    {"storage_limit": "300MB"}, {"storage_limit": "300MB\n"}, {"storage_limit": 300},
+    {"sys_hardware_mem_freq": 10}, {"sys_hardware_mem_freq": 10.5}, {"sys_hardware_mem_freq": "10"},
+    {"host_sys": "cpu,mem"}, {"host_sys": "cpu,gpu"}, {"nope": 1}, {"hccl": None}, {"dp": "on"},
+])
+def test_the_fast_check_and_jsonschema_agree(options: dict) -> None:
+    """jsonschema-rs says "valid" exactly when jsonschema does, on the composed schema of every
+    built-in plugin (the fast check must never let through what jsonschema refuses)."""
+    import jsonschema
+
+    from jobprof.plugin import configure, schemacheck
+    from jobprof.plugin.manager import PluginManager
+
+    manager = PluginManager()
+    manager.load_entry_points()
+    schema = configure.compose_with(manager).schema
+    assert schemacheck.jsonschema_rs is not None
+    assert schemacheck.is_valid(schema, options) == jsonschema.Draft202012Validator(schema).is_valid(options)

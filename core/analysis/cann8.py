@@ -1,7 +1,7 @@
 """The CANN 8 layout: ``PROF_*/mindstudio_profiler_output/<name>_<YYYYMMDDhhmmss>.csv|json``.
 
 Newer msprof (CANN 8.0+) writes one file per summary / timeline name with every device and
-iteration, instead of one per device and iteration (contract section 2), and modern readers
+iteration, instead of one per device and iteration (docs/msprof.md section 2), and modern readers
 (msprof-analyze, MindStudio Insight) look there.  jobprof assembles that folder from the
 per-iteration files ``jobprof export`` renders, so both layouts hold the same rows:
 

@@ -320,7 +320,7 @@ def _format(template: str, **values: Any) -> str:
 
 
 def compare(a: Side, b: Side, per_rank: bool = False) -> dict[str, Any]:
-    """The diff model (JSON-ready; keys documented in the README's "diff --json" section)."""
+    """The diff model (JSON-ready; keys documented in docs/cli.md, "jobprof diff")."""
     matched = sorted(set(a.ranks) & set(b.ranks))
     only_a, only_b = sorted(set(a.ranks) - set(b.ranks)), sorted(set(b.ranks) - set(a.ranks))
     notes = []

@@ -3,8 +3,8 @@
 :func:`summarize` reads each selected rank's raw data once (streaming), paints every iteration
 into the six parts of :mod:`jobprof.analysis.breakdown`, compares the ranks iteration by iteration, asks
 every plugin for its report sections (``jobprof_report_sections``) and turns all of it into
-numbered findings.  The model's keys are stable (``SCHEMA`` names the version); README's
-"summary --json" section documents them.  Times are milliseconds, shares fractions 0..1, and a
+numbered findings.  The model's keys are stable (``SCHEMA`` names the version); docs/cli.md
+("jobprof summary", ``--json``) documents them.  Times are milliseconds, shares fractions 0..1, and a
 value nobody could measure is ``null``.
 """
 

@@ -1,7 +1,7 @@
 """``jobprof summary``: where each rank's iteration time went, and what to do about it.
 
 Tables on a terminal, or the model of :mod:`jobprof.analysis.summary` with ``--json`` (stable keys,
-documented in the README).  ``--iterations`` and ``--rank`` narrow what every section counts.
+documented in docs/cli.md).  ``--iterations`` and ``--rank`` narrow what every section counts.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def load(args: argparse.Namespace) -> tuple[Profile, dict[str, Any]]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("summary", help="per-rank iteration breakdown, top operators, collectives, findings")
     add_prof_dir(p)
-    p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see README)")
+    p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see docs/cli.md)")
     add_selection(p)
     add_engine(p)
     p.set_defaults(func=run)
@@ -94,7 +94,7 @@ def render(model: dict[str, Any]) -> str:
         worst = [f"rank {r['rank']}: worst iteration {r['breakdown_ms']['iteration']['worst_iteration']}"
                  for r in ranks if r["iterations"]["count"]]
         bases = sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
-        out += [f"  note: {n}" for n in ["parts add up to the iteration time; see README for definitions",
+        out += [f"  note: {n}" for n in ["parts add up to the iteration time; definitions in docs/cli.md (jobprof summary)",
                                          *bases, "; ".join(worst)] if n]
     cross = model["cross_rank"]
     if cross:
@@ -182,7 +182,7 @@ def _rank_distribution(model: dict[str, Any]) -> list[str]:
     out += ["", f"Iteration time (ms): each rank's mean, distributed across {found['measured']} ranks",
             tabulate(rows, headers=["", *(breakdown.LABELS[k] for k in keys)], disable_numparse=True)]
     it = found["stats"]["iteration"]
-    notes = ["parts add up to each rank's iteration time; see README for definitions; percentiles are "
+    notes = ["parts add up to each rank's iteration time; definitions in docs/cli.md (jobprof summary); percentiles are "
              "nearest-rank (each value is one rank's)"]
     notes += sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
     if it:

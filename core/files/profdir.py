@@ -128,7 +128,7 @@ def job_dir(output: str, environ: dict | os._Environ = os.environ,
 
 
 def preferred_device_id(torch: Any) -> tuple[int, str]:
-    """The msprof device id of this process and how it was chosen (see README mapping)."""
+    """The msprof device id of this process and how it was chosen (docs/msprof.md section 8)."""
     try:
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             return torch.cuda.current_device(), "cuda current device"

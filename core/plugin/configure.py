@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 import attrs
-import jsonschema
 
 from jobprof.plugin import options
 from jobprof.plugin.manager import PluginManager
@@ -44,7 +43,7 @@ def compose_with(manager: PluginManager) -> options.Composed:
         fragments = manager.options_schemas()
         try:
             return options.compose(fragments)
-        except jsonschema.SchemaError as exc:
+        except options.SchemaProblem as exc:
             culprit = next((name for name, _ in fragments if f"plugin '{name}'" in exc.message), None)
             if culprit is None:
                 raise

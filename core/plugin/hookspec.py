@@ -332,7 +332,7 @@ def jobprof_diff_tables(profile: Profile, device: int) -> Iterable[DiffTable] | 
     belongs to the first plugin that returns it.  Return a table (``present=False``, no rows)
     on a device without your data, so the diff can say which side lacks it
     (``absent_note``, ``one_sided_note``).  Report files you cannot read with
-    ``jobprof.files.rawstore.problem``.
+    ``profile.problem(text)``.
 
     Example::
 

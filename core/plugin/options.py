@@ -16,14 +16,18 @@ import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
-import jsonschema
 
 from jobprof import schemas
+from jobprof.plugin import schemacheck
 from jobprof.plugin.reporter import Problem
+from jobprof.plugin.schemacheck import SchemaProblem
 from jobprof.plugin.values import Config
+
+if TYPE_CHECKING:
+    import jsonschema  # imported where an error is explained (jobprof.plugin.schemacheck)
 
 #: msprof's option set when PROFILING_MODE=true and PROFILING_OPTIONS is empty or unset.
 MSPROF_DEFAULT = {
@@ -35,7 +39,7 @@ MSPROF_DEFAULT = {
     "aic_metrics": "PipeUtilization",
     "msproftx": "off",
 }
-#: msprof's aic_metrics groups (contract 1.2), answered by the built-in aic_metrics plugin
+#: msprof's aic_metrics groups (docs/msprof.md section 1.2), answered by the built-in aic_metrics plugin
 METRIC_GROUPS = ("PipeUtilization", "ArithmeticUtilization", "Memory", "MemoryL0", "MemoryUB",
                  "ResourceConflictRatio", "L2Cache", "MemoryAccess")
 #: keys a plugin fragment may widen with ``{"enum": [...]}``: a third-party aic_metrics group
@@ -92,21 +96,22 @@ def compose(fragments: Iterable[tuple[str, Mapping[str, Any]]]) -> Composed:
 
     A fragment that refines a core key is combined with ``allOf``; a new key is added; the
     fragment's ``$defs`` join the root's so its local ``$ref``s still resolve.
-    Raises ``jsonschema.SchemaError`` naming the plugin when a fragment is not a valid schema.
+    Raises :class:`SchemaProblem` naming the plugin when a fragment is not a valid schema.
     """
     schema = copy.deepcopy(schemas.load("options"))
     owners: dict[str, str] = {}
     for plugin, fragment in fragments:
         try:
-            jsonschema.Draft202012Validator.check_schema(fragment)
+            problem = schemacheck.schema_error(fragment)
+            if problem is not None:
+                raise SchemaProblem(problem)
             if not isinstance(fragment, Mapping):
-                raise jsonschema.SchemaError("must be an object")
+                raise SchemaProblem("must be an object")
             for name, sub in dict(fragment.get("$defs", {})).items():
                 if schema["$defs"].setdefault(name, sub) != sub:
-                    raise jsonschema.SchemaError(f"$defs/{name} is already defined differently")
-        except jsonschema.SchemaError as exc:
-            raise jsonschema.SchemaError(
-                f"plugin '{plugin}': invalid options schema: {exc.message}") from None
+                    raise SchemaProblem(f"$defs/{name} is already defined differently")
+        except SchemaProblem as exc:
+            raise SchemaProblem(f"plugin '{plugin}': invalid options schema: {exc.message}") from None
         for key, sub in dict(fragment.get("properties", {})).items():
             core = schema["properties"].get(key)
             if key in WIDENED_KEYS and core is not None and set(sub) == {"enum"}:
@@ -127,10 +132,9 @@ def fragment_problem(fragment: Mapping[str, Any]) -> str | None:
     "returned <this>"): an invalid Draft 2020-12 schema, or ``$ref``s that resolve to nothing in
     the composed schema (jsonschema would only fail when the key is used, inside :func:`load`).
     """
-    try:
-        jsonschema.Draft202012Validator.check_schema(dict(fragment))
-    except jsonschema.SchemaError as exc:
-        return f"an invalid JSON Schema: {exc.message}"
+    problem = schemacheck.schema_error(dict(fragment))
+    if problem is not None:
+        return f"an invalid JSON Schema: {problem}"
     dangling = _dangling_refs(fragment)
     if dangling:
         return f"a schema with $ref(s) that resolve to nothing: {', '.join(dangling)}"
@@ -364,10 +368,8 @@ def _load(text: str, composed: Composed, source: str, cwd: str | None) -> Outcom
                                 options, True))
         return Outcome(None, tuple(_sorted(problems)), tuple(warnings), source)
 
-    validator = jsonschema.Draft202012Validator(composed.schema)
     flagged = {p.path for p in unusable}  # the schema's words about these values are noise
-    problems.extend(p for p in _schema_problems(list(validator.iter_errors(options)),
-                                                composed.schema, options)
+    problems.extend(p for p in _schema_problems(_errors(composed.schema, options), composed.schema, options)
                     if not _under(p.path, flagged) or p.message.startswith("unknown option key"))
     bad_keys = {p.path for p in problems}
     storage_mb = None
@@ -401,6 +403,15 @@ def _load(text: str, composed: Composed, source: str, cwd: str | None) -> Outcom
     values["output"] = str(Path(cwd or os.getcwd(), os.path.expanduser(values["output"])).resolve())
     config = Config(values, explicit=options.keys(), source=source, storage_limit_mb=storage_mb)
     return Outcome(config, (), tuple(warnings), source)
+
+
+def _errors(schema: Mapping[str, Any], options: Mapping[str, Any]) -> list[jsonschema.ValidationError]:
+    """jsonschema's errors, asked only when the fast check says the options are invalid."""
+    if schemacheck.is_valid(schema, options):
+        return []
+    import jsonschema
+
+    return list(jsonschema.Draft202012Validator(schema).iter_errors(options))
 
 
 def _declares(composed: Composed, key: str, kind: str) -> bool:
@@ -461,7 +472,7 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
     if list(error.relative_schema_path)[:2] == ["dependentSchemas", "instr_profiling_freq"]:
         # the entries of the schema's anyOf that match name the keys that are switched on
         clash = [entry["required"][0] for entry in validator_value["anyOf"]
-                 if jsonschema.Draft202012Validator(entry).is_valid(options)]
+                 if schemacheck.is_valid(entry, options)]
         return [Problem("$.instr_profiling_freq",
                         f"cannot be combined with {', '.join(clash)} (msprof runs instruction "
                         "profiling alone; remove those keys or set them off)",

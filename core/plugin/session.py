@@ -3,7 +3,7 @@
 The session (``jobprof.runtime.session.Session``) has more inside -- its state machine, the
 sink, the step detector -- but hooks receive it typed as this protocol, so a plugin's type
 checker tells it when it reaches past the contract.  Every member is documented in
-CONTRIBUTING (section 3.3) and exercised by the built-in plugins.
+docs/hooks.md (section 3.3) and exercised by the built-in plugins.
 
 Example::
 

@@ -107,7 +107,7 @@ class MetricSet:
     counters when the machine had them); ``machine`` is the calibration recorded in
     ``info.json`` (measured peaks), empty when none was made.  A value nobody can measure is
     :data:`NA`.  ``sources`` says, per column, where its value comes from (shown by ``jobprof
-    plugins`` and the README), e.g. ``{"cube_fops": "FLOPs from input shapes (exact for
+    plugins`` and docs/plugins/aic_metrics.md), e.g. ``{"cube_fops": "FLOPs from input shapes (exact for
     matmul/conv)"}``.
     """
 

@@ -1,12 +1,12 @@
 """storage_limit: ages a device's raw data and per-iteration files, oldest first.
 
-Follows msprof (contract section 6): when this device's files would exceed the limit minus
+Follows msprof (docs/msprof.md section 6): when this device's files would exceed the limit minus
 20 MB, or the disk has less than 20 MB free, the oldest data is deleted first.  The unit of
 ageing is one raw segment (up to 100 iterations) together with the files exported from its
 iterations.  Metadata files are never tracked here, so never deleted, and the newest segment
 (the newest raw file of every stream) always stays.  jobprof also bounds the file count
 (inodes), since it writes files per iteration.  Without storage_limit the budget is a share
-of the free disk (see README).  Thread-safe: the training thread and the exporter both add.
+of the free disk (docs/storage.md).  Thread-safe: the training thread and the exporter both add.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""aic_metrics: msprof's per-task metric groups, appended to ``op_summary`` (contract section 1.2).
+"""aic_metrics: msprof's per-task metric groups, appended to ``op_summary`` (docs/msprof.md section 1.2).
 
 One plugin (entry point ``aic_metrics``) with a table of groups, :data:`GROUPS`, one module per
 group; each module defines its :class:`~._group.Group` (``SPEC``: name, columns, the function

@@ -1,5 +1,5 @@
 """fusion_op: what torch.compile fused, per compiled graph
-(``summary/fusion_op_<dev>_<model id>_<iter>.csv``, contract section 3).
+(``summary/fusion_op_<dev>_<model id>_<iter>.csv``, docs/msprof.md section 3).
 
 On Ascend the file lists, per graph, each fused operator and the original operators it
 replaced.  Here a graph is one Inductor graph (a forward, backward or inference graph of a

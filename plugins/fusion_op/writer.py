@@ -1,4 +1,4 @@
-"""The fusion_op CSV (contract section 3): one file per compiled graph, in the iteration it was
+"""The fusion_op CSV (docs/msprof.md section 3): one file per compiled graph, in the iteration it was
 compiled in, one row per kernel of the graph."""
 
 from __future__ import annotations

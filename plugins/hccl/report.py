@@ -57,7 +57,7 @@ def communication_sections(profile: Profile) -> list[Section]:
                          f"{size / count / 1e6:.3f}", _gbs(algbw), _gbs(busbw), failed or ""])
     if not rows:
         return []
-    notes = ["bandwidths over the summed time and bytes, nccl-tests conventions (the README "
+    notes = ["bandwidths over the summed time and bytes, nccl-tests conventions (docs/plugins/hccl.md "
              "has the formulas); the time includes waiting for the slowest rank"]
     return [Section("Communication (hccl): top collectives by total time",
                     ["device", "op", "group", "ranks", "count", "total ms", "mean ms", "mean MB",

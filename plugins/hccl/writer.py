@@ -1,4 +1,4 @@
-"""hccl JSON (contract 4), communication_statistic CSV (contract 3) and the master timeline's
+"""hccl JSON (docs/msprof.md section 4), communication_statistic CSV (section 3) and the master timeline's
 Communication tracks.
 
 One track per process group (``Group <name> Communication``), one ``X`` event per operation

@@ -1,4 +1,4 @@
-"""msprof_tx CSV and JSON (contract sections 3-5), and the marker tracks of the master timeline.
+"""msprof_tx CSV and JSON (docs/msprof.md sections 3-5), and the marker tracks of the master timeline.
 
 Host-only markers: the category / payload columns belong to msproftx's legacy stamps and the
 Device columns to markers placed on a device stream; jobprof has neither, so they are N/A.

@@ -1,4 +1,4 @@
-"""op_summary, op_statistic and task_time CSV files (contract section 3), one of each per
+"""op_summary, op_statistic and task_time CSV files (docs/msprof.md section 3), one of each per
 iteration.
 
 The text is exactly what ``ExportContext.csv`` writes (header, rows, ``\\n`` line ends, the

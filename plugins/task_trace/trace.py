@@ -1,4 +1,4 @@
-"""task_time timeline file and the operator layers of the master timeline (contract section 4).
+"""task_time timeline file and the operator layers of the master timeline (docs/msprof.md section 4).
 
 Master timeline layers:
 

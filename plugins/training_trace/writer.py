@@ -1,4 +1,4 @@
-"""step_trace CSV and JSON (contract sections 3 and 4), one file of each per iteration."""
+"""step_trace CSV and JSON (docs/msprof.md sections 3 and 4), one file of each per iteration."""
 
 from __future__ import annotations
 

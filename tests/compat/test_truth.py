@@ -68,7 +68,7 @@ phases.main(mode, data, int(steps), *map(float, times), end_step=lambda: jobprof
 
 # -- what each method must report ---------------------------------------------------------
 # Injected values (ms) per step_trace column and summary part; None: must be N/A (null).
-# The contract (README "step_trace"): Iteration End is the optimizer step's end, the
+# The contract (docs/plugins/training_trace.md): Iteration End is the optimizer step's end, the
 # jobprof.step() call, or, for the two methods without a mark (backward, forward), the start of
 # the next iteration's work: its first DataLoader next(), else its forward.  So a hand-written
 # update after the backward is that iteration's Refresh, and the data wait before the next

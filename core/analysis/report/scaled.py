@@ -208,7 +208,7 @@ def ranks_tables(model: Mapping[str, Any]) -> str:
         body.append(line)
     out += [f"<h3>Iteration time (ms): each rank's mean, distributed across {found['measured']} ranks</h3>",
             table(["", *(breakdown.LABELS[k] for k in keys)], body, "distribution")]
-    notes = ["parts add up to each rank's iteration time; the README defines each part; percentiles are "
+    notes = ["parts add up to each rank's iteration time; docs/cli.md defines each part; percentiles are "
              "nearest-rank: each value is one rank's (hover for which)"]
     notes += sorted({f"{breakdown.LABELS[k]}: {v}" for r in model["ranks"] for k, v in r["basis"].items()})
     out.append("".join(f'<p class="note">{escape(t)}</p>' for t in notes))
