@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, metavar="N",
                    help=f"operator and collective rows to show (default {TOP} on a terminal; "
                         "all with --json)")
-    p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see docs/cli.md)")
+    p.add_argument("--json", action="store_true",
+                   help="print the model as JSON (stable keys, see docs/cli.md)")
     add_engine(p)
     p.set_defaults(func=run)
 

@@ -44,7 +44,8 @@ def load(args: argparse.Namespace) -> tuple[Profile, dict[str, Any]]:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("summary", help="per-rank iteration breakdown, top operators, collectives, findings")
     add_prof_dir(p)
-    p.add_argument("--json", action="store_true", help="print the model as JSON (stable keys, see docs/cli.md)")
+    p.add_argument("--json", action="store_true",
+                   help="print the model as JSON (stable keys, see docs/cli.md)")
     add_selection(p)
     add_engine(p)
     p.set_defaults(func=run)
@@ -94,8 +95,8 @@ def render(model: dict[str, Any]) -> str:
         worst = [f"rank {r['rank']}: worst iteration {r['breakdown_ms']['iteration']['worst_iteration']}"
                  for r in ranks if r["iterations"]["count"]]
         bases = sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
-        out += [f"  note: {n}" for n in ["parts add up to the iteration time; definitions in docs/cli.md (jobprof summary)",
-                                         *bases, "; ".join(worst)] if n]
+        first = "parts add up to the iteration time; definitions in docs/cli.md (jobprof summary)"
+        out += [f"  note: {n}" for n in [first, *bases, "; ".join(worst)] if n]
     cross = model["cross_rank"]
     if cross:
         what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"
@@ -182,8 +183,8 @@ def _rank_distribution(model: dict[str, Any]) -> list[str]:
     out += ["", f"Iteration time (ms): each rank's mean, distributed across {found['measured']} ranks",
             tabulate(rows, headers=["", *(breakdown.LABELS[k] for k in keys)], disable_numparse=True)]
     it = found["stats"]["iteration"]
-    notes = ["parts add up to each rank's iteration time; definitions in docs/cli.md (jobprof summary); percentiles are "
-             "nearest-rank (each value is one rank's)"]
+    notes = ["parts add up to each rank's iteration time; definitions in docs/cli.md (jobprof summary); "
+             "percentiles are nearest-rank (each value is one rank's)"]
     notes += sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
     if it:
         named = ", ".join(f"rank {o['rank']} {o['mean_ms']:.3f} ms"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+jsonschema_rs: Any
 try:
     import jsonschema_rs
 except ImportError:  # no wheel for this platform: jsonschema does it all
@@ -33,7 +34,7 @@ def is_valid(schema: Mapping[str, Any], instance: Any) -> bool:
     """Whether ``instance`` is valid against the Draft 2020-12 ``schema``."""
     if jsonschema_rs is not None:
         try:
-            return bool(jsonschema_rs.Draft202012Validator(schema).is_valid(instance))
+            return bool(jsonschema_rs.Draft202012Validator(dict(schema)).is_valid(instance))
         except Exception:  # a value it cannot convert: jsonschema decides
             pass
     import jsonschema
