@@ -194,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             report["optier-vs-torch"] = result
             table += optier_vs_torch.rows(result)
             notes += optier_vs_torch.notes(result)
-        if args.only in (None, "fusion-op"):
+        # 4 arms each compiling cold (2.5 minutes even quick): full runs only, or by name
+        if args.only == "fusion-op" or (args.only is None and not args.quick):
             with measured() as result:
                 result.update(fusion_op.run(args.fusion_rounds or (1 if args.quick else 3),
                                             args.fusion_steps or (30 if args.quick else 60)))
@@ -239,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{warn}{name}: other processes used {share:.0%} of the machine's CPU "
                          f"time meanwhile{'; treat its figures as rough' if warn else ''}")
 
+    took = [f"{name} {report[name]['elapsed_s']:.0f} s" for name in report
+            if isinstance(report[name], dict) and "elapsed_s" in report[name]]
+    notes.append("time per benchmark: " + ", ".join(took))
+    if args.quick and args.only is None:
+        notes.append("fusion-op and optier-memory: full runs only (bench/run.py without --quick)")
     print(tabulate(table, headers="keys", tablefmt="github"))
     for note in notes:
         print(f"- {note}")
