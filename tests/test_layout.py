@@ -276,3 +276,23 @@ def test_the_profile_class_has_every_member_of_the_protocol() -> None:
         else:
             params = [list(inspect.signature(f).parameters) for f in (mine, theirs)]
             assert params[0] == params[1], member
+
+
+def test_the_documented_example_plugins_import_only_the_plugin_api(tmp_path: Path) -> None:
+    """Every example plugin in CONTRIBUTING and docs/ (a python block with ``@hookimpl``)
+    imports what the built-ins may: the names of ``jobprof.plugin``."""
+    import re
+
+    blocks = [(doc, block) for doc in [REPO / "CONTRIBUTING.md", *sorted((REPO / "docs").rglob("*.md"))]
+              for block in re.findall(r"```python\n(.*?)```", doc.read_text(), re.S) if "@hookimpl" in block]
+    assert sum("from jobprof" in block for _, block in blocks) >= 2  # the examples that import
+    bad = []
+    for n, (doc, block) in enumerate(blocks):
+        path = tmp_path / "plugins" / f"example{n}" / "__init__.py"
+        path.parent.mkdir(parents=True)
+        path.write_text(block)
+        try:
+            bad += [f"{doc.name}: {b}" for b in _outside_the_api(path, tmp_path / "plugins")]
+        except SyntaxError:
+            continue  # a fragment (``...``) that is not a module: it imports nothing to check
+    assert not bad, "\n".join(bad)
