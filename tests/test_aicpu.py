@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Runner, jobprof_cli, raw, read_csv
+from jobprof.plugin import OpRecord
 
 pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
 
@@ -82,16 +83,15 @@ def test_header_and_exact_sums(device):
 
 def test_rows_are_the_top_level_operators(device):
     from jobprof.plugin.opview import OpView
-    from jobprof.plugin.records import DUR, NAME, TID
 
     streams = raw(device)
     for index, path in files(device).items():
         rows = read_csv(path)
         view = OpView(streams[index]["ops"])
         tops = [view.records[i] for i in view.top]
-        assert [r["Node"] for r in rows] == [t[NAME] for t in tops]
-        assert [us(r["Total_time(us)"]) for r in rows] == [Decimal(t[DUR]) / 1000 for t in tops]
-        assert [int(r["Stream ID"]) for r in rows] == [t[TID] for t in tops]
+        assert [r["Node"] for r in rows] == [t.name for t in tops]
+        assert [us(r["Total_time(us)"]) for r in rows] == [Decimal(t.dur) / 1000 for t in tops]
+        assert [int(r["Stream ID"]) for r in rows] == [t.tid for t in tops]
         stamps = [us(r["Timestamp(us)"]) for r in rows]
         assert stamps == sorted(stamps)
         per_thread: dict[str, list[int]] = {}
@@ -148,8 +148,8 @@ def test_host_mark_on_cuda_records():
     from jobprof.plugins.aicpu.split import launching_tops, split
 
     tid, stream = 11, 7
-    # fields: NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA
-    records = [
+    # fields: name, start, dur, tid, kind, device, corr, link, shapes, dtypes, strides, flops, extra
+    records = [OpRecord(*r) for r in [
         ["aten::mm", 1000, 100, tid, "cpu_op", -1, 1, 0, None, None, None, 0, None],
         ["cudaLaunchKernel", 1040, 30, tid, "cuda_runtime", -1, 42, 0, None, None, None, 0, None],
         ["aten::nonzero", 1200, 50, tid, "cpu_op", -1, 2, 0, None, None, None, 0, None],
@@ -157,7 +157,7 @@ def test_host_mark_on_cuda_records():
         ["cudaMemcpyAsync", 1310, 60, tid, "cuda_runtime", -1, 43, 0, None, None, None, 0, None],
         ["sgemm", 1100, 500, stream, "kernel", 0, 42, 42, None, None, None, 0, None],
         ["Memcpy HtoD", 1380, 20, stream, "gpu_memcpy", 0, 43, 43, None, None, None, 0, None],
-    ]
+    ]]
     view = OpView(records)
     assert view.has_device
     assert launching_tops(view) == {0, 3}
@@ -173,8 +173,8 @@ def test_redispatched_operator_counts_once():
     from jobprof.plugin.opview import OpView
     from jobprof.plugins.aicpu.split import split
 
-    def rec(name: str, start: int, dur: int) -> list:
-        return [name, start, dur, 5, "cpu_op", -1, 0, 0, None, None, None, 0, None]
+    def rec(name: str, start: int, dur: int) -> OpRecord:
+        return OpRecord(name, start, dur, 5, "cpu_op")
 
     mode = [rec("aten::mm", 1000, 1000), rec("PythonDispatchMode", 1020, 950), rec("aten::mm", 1100, 800),
             rec("aten::resolve_conj", 1150, 10)]

@@ -18,7 +18,6 @@ pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its
 torch = pytest.importorskip("torch")
 
 from jobprof.files import fsio, kinetotrace, rawstore  # noqa: E402
-from jobprof.plugin.records import DTYPES, DUR, KIND, NAME, SHAPES, START, STRIDES, TID  # noqa: E402
 
 
 @pytest.mark.parametrize("shapes", [True, False])
@@ -49,15 +48,15 @@ def test_the_trace_file_gives_the_records_of_kinetos_own_events(tmp_path: Path, 
     assert len(got) == len(expected) > 100
     for mine, theirs in zip(got, expected, strict=True):
         # the trace holds microseconds with three decimals: within 1 ns of Kineto's own
-        assert abs(mine[START] - theirs[1]) <= 1 and abs(mine[DUR] - theirs[2]) <= 1, (mine, theirs)
-        assert [mine[NAME], mine[TID], mine[SHAPES], mine[DTYPES]] == [theirs[0], *theirs[3:]], (mine, theirs)
-    kinds = {r[KIND] for r in got}
+        assert abs(mine.start - theirs[1]) <= 1 and abs(mine.dur - theirs[2]) <= 1, (mine, theirs)
+        assert [mine.name, mine.tid, mine.shapes, mine.dtypes] == [theirs[0], *theirs[3:]], (mine, theirs)
+    kinds = {r.kind for r in got}
     assert kinds == {"cpu_op", "user_annotation"}
     if shapes:
-        cat = next(r for r in got if r[NAME] == "aten::cat")
+        cat = next(r for r in got if r.name == "aten::cat")
         # as Kineto's accessors give them: a tensor list's dims empty, its strides nested
-        assert cat[SHAPES] == [[], []] and cat[DTYPES] == ["TensorList", "Scalar"]
-        assert cat[STRIDES] == [[[1], [1]], []]
+        assert cat.shapes == [[], []] and cat.dtypes == ["TensorList", "Scalar"]
+        assert cat.strides == [[[1], [1]], []]
 
 
 JOB = """
@@ -87,7 +86,7 @@ def test_a_real_job_stores_references_and_reads_back_records(runner: Runner) -> 
     named = {r["kineto"] for line in lines for r in line["streams"]["ops"]}
     assert named <= {p.name for p in windows}
     # read back: exactly three mm of the shapes above per iteration, every iteration
-    mms = {i: sum(1 for r in s["ops"] if r[NAME] == "aten::mm" and r[8] == [[24, 12], [12, 8]])
+    mms = {i: sum(1 for r in s["ops"] if r.name == "aten::mm" and r[8] == [[24, 12], [12, 8]])
            for i, s in raw(device).items()}
     assert mms == {i: 3 for i in range(1, 7)}
 

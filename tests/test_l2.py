@@ -108,7 +108,6 @@ def software(tmp_path_factory) -> tuple[Path, list[list[int]], str]:
 def matmuls(software) -> list[tuple[list[int], list[int], list]]:
     """(l2 record, the script's span, the outermost Kineto record) of each scripted matmul."""
     from jobprof.plugin.opview import OpView
-    from jobprof.plugin.records import DUR, NAME, START
 
     device, spans, _ = software
     out = []
@@ -116,7 +115,7 @@ def matmuls(software) -> list[tuple[list[int], list[int], list]]:
         view = OpView(it["ops"])
         # the outermost records: under the dispatch mode each operator is recorded twice, the
         # second time nested, when the mode runs it again
-        ops = [view.records[i] for i in view.top if view.records[i][NAME] == "aten::mm"]
+        ops = [view.records[i] for i in view.top if view.records[i].name == "aten::mm"]
         for rec in it["l2"]:
             if rec[3] != "aten::mm":
                 continue
@@ -124,14 +123,13 @@ def matmuls(software) -> list[tuple[list[int], list[int], list]]:
             truth = [s for s in spans if s[0] <= start and end <= s[1]]
             if not truth:
                 continue  # the Linear layer's backward matmul
-            op = [r for r in ops if r[START] <= (start + end) / 2 <= r[START] + r[DUR]]
+            op = [r for r in ops if r.start <= (start + end) / 2 <= r.start + r.dur]
             assert len(truth) == 1 and len(op) == 1
             out.append((rec, truth[0], op[0]))
     return out
 
 
 def test_software_events_per_operator(software):
-    from jobprof.plugin.records import DUR
 
     device, _, stderr = software
     assert not [line for line in jobprof_lines(stderr) if "l2" in line.lower()], stderr
@@ -148,19 +146,18 @@ def test_software_events_per_operator(software):
         # blur it), give or take the binding and hook around the operator (a few hundred us on a
         # loaded VM) and steal time, which perf's task-clock counts and the thread CPU clock not
         assert abs(cpu - clock) <= 0.6 * MS + 0.1 * cpu
-        assert clock <= op[DUR] + 0.1 * MS  # one thread's CPU time never exceeds its wall time
+        assert clock <= op.dur + 0.1 * MS  # one thread's CPU time never exceeds its wall time
 
 
 def test_task_clock_matches_the_operator_duration(software):
     """On a CPU the operator had to itself, its task-clock is its duration in the ops stream."""
-    from jobprof.plugin.records import DUR
 
     # ran without preemption: the script saw (almost) as much CPU time as wall time
     quiet = [(rec, op) for rec, (t0, t1, cpu), op in matmuls(software) if t1 - t0 - cpu < 0.05 * cpu]
     if not quiet:
         pytest.skip("every matmul was preempted (busy machine): CPU time and wall time differ")
     for rec, op in quiet:
-        assert abs(op[DUR] - rec[4]) <= 0.1 * op[DUR] + 0.3 * MS
+        assert abs(op.dur - rec[4]) <= 0.1 * op.dur + 0.3 * MS
 
 
 def test_join_gives_every_task_of_the_training_thread_a_count(software):

@@ -9,7 +9,6 @@ import json
 import pytest
 
 from conftest import Runner, raw
-from jobprof.plugin.records import KIND, NAME, SHAPES, START
 
 pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
 
@@ -68,7 +67,7 @@ elif MODE == "user-profiler":  # the program profiles iterations 4-5 itself
 
 
 def _mm_counts(device_dir) -> dict[int, int]:
-    return {i: sum(1 for r in s.get("ops", []) if r[NAME] == "aten::mm" and r[SHAPES] == [[24, 12], [12, 8]])
+    return {i: sum(1 for r in s.get("ops", []) if r.name == "aten::mm" and r.shapes == [[24, 12], [12, 8]])
             for i, s in raw(device_dir).items()}
 
 
@@ -88,7 +87,7 @@ def test_every_iteration_gets_exactly_its_operators(runner: Runner, mode: str) -
     assert set(counts.values()) == {3}, counts
     for index, s in streams.items():
         it = s["iteration"][0]
-        starts = [r[START] for r in s["ops"]]
+        starts = [r.start for r in s["ops"]]
         assert starts == sorted(starts)
         assert it["start_ns"] <= starts[0] and starts[-1] < it["end_ns"], index
 
@@ -96,8 +95,8 @@ def test_every_iteration_gets_exactly_its_operators(runner: Runner, mode: str) -
 def test_l0_records_no_shapes(runner: Runner) -> None:
     runner.run(JOB, {"task_trace": "l0"}, args=["optimizer", "4"])
     ops = [r for s in raw(runner.device_dir()).values() for r in s["ops"]]
-    assert ops and all(r[SHAPES] is None for r in ops)
-    assert sum(r[NAME] == "aten::cumsum" for r in ops) == 8
+    assert ops and all(r.shapes is None for r in ops)
+    assert sum(r.name == "aten::cumsum" for r in ops) == 8
 
 
 def test_blocks_open_across_the_cut_are_split_not_crashed(runner: Runner) -> None:
@@ -105,7 +104,7 @@ def test_blocks_open_across_the_cut_are_split_not_crashed(runner: Runner) -> Non
     streams = raw(runner.device_dir())
     assert set(_mm_counts(runner.device_dir()).values()) == {3}
     for index, s in streams.items():
-        blocks = {r[NAME] for r in s["ops"] if r[KIND] == "user_annotation"}
+        blocks = {r.name for r in s["ops"] if r.kind == "user_annotation"}
         # the loop-wide block is carried into every window as a piece of its own
         assert "whole-loop" in blocks, (index, blocks)
         assert "one-step" in blocks, (index, blocks)
@@ -159,7 +158,7 @@ def test_forked_dataloader_workers_with_capture(runner: Runner) -> None:
     assert "DONE" in proc.stdout
     streams = raw(runner.device_dir())
     assert len(streams) == 16
-    assert all(any(r[NAME] == "aten::addmm" for r in s["ops"]) for s in streams.values())
+    assert all(any(r.name == "aten::addmm" for r in s["ops"]) for s in streams.values())
     assert len(list(runner.prof_dirs()[0].glob("device_*"))) == 1
 
 

@@ -13,7 +13,6 @@ pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its
 
 import opwindow  # noqa: E402
 from jobprof.plugin import opview  # noqa: E402
-from jobprof.plugin.records import DUR, NAME, START  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +30,7 @@ def recorded(tmp_path_factory) -> list[list]:
 
 def test_nesting_and_top_level_operators(recorded):
     view = opview.OpView(recorded)
-    names = [r[NAME] for r in recorded]
+    names = [r.name for r in recorded]
     linear = names.index("aten::linear")
     addmm = next(i for i, n in enumerate(names) if n == "aten::addmm" and view.parent[i] == linear)
     assert view.parent[addmm] == linear
@@ -43,7 +42,7 @@ def test_nesting_and_top_level_operators(recorded):
     for i in view.top:  # nothing of dispatcher kind above a top-level operator
         p = view.parent[i]
         while p >= 0:
-            assert not opview.is_dispatch_op(recorded[p][NAME], recorded[p][4])
+            assert not opview.is_dispatch_op(recorded[p].name, recorded[p][4])
             p = view.parent[p]
 
 
@@ -70,11 +69,11 @@ def test_self_times_add_up_to_the_root(recorded):
     view = opview.OpView(recorded)
     for i in view.top:
         total = sum(view.self_ns(j) for j in view.subtree(i))
-        assert total == recorded[i][DUR]
+        assert total == recorded[i].dur
 
 
 def test_records_are_in_start_order(recorded):
-    starts = [r[START] for r in recorded]
+    starts = [r.start for r in recorded]
     assert starts == sorted(starts)
 
 

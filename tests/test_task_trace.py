@@ -517,11 +517,13 @@ META = ('\n      "queued": 0, "device": 0, "context": 1,\n      "stream": 7, "co
         '      "est. achieved occupancy %": 3')
 
 
-def cuda_records(t0: int) -> list[list]:
+def cuda_records(t0: int) -> list:
     """aten::fill_ launching a kernel on stream 7, aten::copy_ launching a host-to-device copy
     on stream 13, and a kernel whose launch was not recorded."""
+    from jobprof.plugin import OpRecord
+
     host = 4321
-    return [
+    return [OpRecord(*r) for r in [
         ["aten::fill_", t0, 10_000, host, "cpu_op", -1, 0, 0, [[64, 32], []], ["float", "Scalar"],
          [[32, 1], []], 0, None],
         ["cudaLaunchKernel", t0 + 2_000, 5_000, host, "cuda_runtime", -1, 41, 0, None, None, None, 0, None],
@@ -532,7 +534,7 @@ def cuda_records(t0: int) -> list[list]:
         ["Memcpy HtoD (Pageable -> Device)", t0 + 20_000, 4_000, 13, "gpu_memcpy", 0, 42, 42, None, None,
          None, 0, '"device": 0, "stream": 13, "bytes": 32'],
         ["orphan_kernel", t0 + 30_000, 1_000, 7, "kernel", 0, 99, 99, None, None, None, 0, None],
-    ]
+    ]]
 
 
 def test_cuda_shaped_tasks_in_op_summary_and_timeline(tmp_path):

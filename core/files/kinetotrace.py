@@ -33,25 +33,12 @@ import os
 import time
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 from jobprof.files import fsio, jsonread
-from jobprof.plugin.records import (
-    CONCRETE,
-    CORR,
-    DEVICE,
-    DEVICE_KINDS,
-    DTYPES,
-    DUR,
-    EXTRA,
-    KIND,
-    LINK,
-    SHAPES,
-    START,
-    STRIDES,
-    TID,
-)
+from jobprof.plugin.records import CONCRETE, DEVICE_KINDS, OpRecord
 
 #: the folder of window files, inside a device's ``data/``
 FOLDER = "kineto"
@@ -125,6 +112,16 @@ def is_reference(records: Any) -> bool:
     return isinstance(records, list) and bool(records) and isinstance(records[0], dict) and KEY in records[0]
 
 
+def from_arrays(arrays: Any) -> tuple[list[OpRecord], int]:
+    """``ops`` records stored inline as JSON arrays, as records, and how many were not one (an
+    array of another length, anything else)."""
+    if not isinstance(arrays, list):
+        return [], 1
+    size = len(OpRecord._fields)
+    records = [_new(OpRecord, a) for a in arrays if isinstance(a, list) and len(a) == size]
+    return records, len(arrays) - len(records)
+
+
 def new_files(data_dir: Path, records: Iterable[Any]) -> list[tuple[Path, int]]:
     """The window files an iteration's references bring first: (path, bytes)."""
     return [(data_dir / FOLDER / r[KEY], int(r.get("bytes", 0))) for r in records
@@ -140,13 +137,15 @@ _DEVICE_RANGES = frozenset({"gpu_user_annotation", "cuda_profiler_range"})
 #: a device event's args that become record fields; the rest (grid, block, registers, bytes,
 #: CUPTI metric values ...) is the record's ``extra``
 _PLACED = frozenset({"External id", "correlation", "device", "stream", "Ev Idx"})
+#: a record from its 13 values without NamedTuple's Python-level __new__ (a third of the cost)
+_new = tuple.__new__
 
 
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[list[Any]]:
+def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[OpRecord]:
     """Kineto's Chrome trace of one window as ``ops`` records (monotonic ns), in start order.
 
     The order: by start, ties in Kineto's own event order (``Ev Idx``).
@@ -164,7 +163,7 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[l
     * device ranges (``gpu_user_annotation``): device, stream, ``extra`` as Kineto wrote it.
     """
     base = int(trace.get("baseTimeNanoseconds") or 0) - offset_ns
-    out: list[tuple[int, int, list[Any]]] = []
+    out: list[tuple[int, int, OpRecord]] = []
     for e in trace.get("traceEvents") or ():
         if e.get("ph") != "X":
             continue
@@ -174,52 +173,53 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[l
         args = e.get("args") or {}
         start = base + round(e["ts"] * 1000)
         tid = e.get("tid", 0)
-        record = [e.get("name", ""), start, round(e.get("dur", 0) * 1000), tid, kind, -1, 0, 0,
-                  None, None, None, 0, None]
+        device, corr, link = -1, 0, 0
+        input_shapes = dtypes = strides = extra = None
         if kind in _DEVICE_CATS or kind in _DEVICE_RANGES:
-            record[TID] = _int(args.get("stream"), _int(tid, 0))
-            record[DEVICE] = _int(args.get("device"), _int(e.get("pid"), 0))
+            tid = _int(args.get("stream"), _int(tid, 0))
+            device = _int(args.get("device"), _int(e.get("pid"), 0))
             if kind in _DEVICE_CATS:
-                record[CORR] = record[LINK] = _int(args.get("correlation"), 0)
-            extra = {k: v for k, v in args.items() if k not in _PLACED}
-            record[EXTRA] = extra or None
+                corr = link = _int(args.get("correlation"), 0)
+            extra = {k: v for k, v in args.items() if k not in _PLACED} or None
         else:
             if kind in _LAUNCH_CATS:
-                record[CORR] = _int(args.get("correlation"), 0)
+                corr = _int(args.get("correlation"), 0)
             if not isinstance(tid, int):
-                record[TID] = _int(args.get("tid"), 0)
+                tid = _int(args.get("tid"), 0)
             if shapes:
                 # a tensor list's dims and strides are nested in the file; Kineto's accessors (and
                 # so every reader of these records) give an empty list for such an input
                 dims = args.get("Input Dims", [])
-                record[SHAPES] = [d if not (d and isinstance(d[0], list)) else [] for d in dims]
-                record[DTYPES] = args.get("Input type", [])
-                record[STRIDES] = args.get("Input Strides", [])
+                input_shapes = [d if not (d and isinstance(d[0], list)) else [] for d in dims]
+                dtypes = args.get("Input type", [])
+                strides = args.get("Input Strides", [])
                 concrete = args.get("Concrete Inputs")
                 if concrete and any(concrete):
-                    record[EXTRA] = {CONCRETE: concrete}
+                    extra = {CONCRETE: concrete}
+        record = _new(OpRecord, (e.get("name", ""), start, round(e.get("dur", 0) * 1000), tid, kind, device,
+                                 corr, link, input_shapes, dtypes, strides, 0, extra))
         out.append((start, args.get("Ev Idx", 0), record))
     out.sort(key=lambda item: (item[0], item[1]))
     return [item[2] for item in out]
 
 
-def owner_times(records: list[list[Any]]) -> list[int]:
+def owner_times(records: list[OpRecord]) -> list[int]:
     """Per record, the time that decides its iteration: its start, except for device work,
     which belongs to the iteration that launched it (a kernel queued by the optimizer step runs
     on the GPU after the host went on; cut by its own start it would land in the next iteration,
     away from the operator that launched it).  Device work whose launch is not in the window
     (launched before the capture, or by a thread Kineto did not see) keeps its start."""
-    launched = {r[CORR]: r[START] for r in records if r[KIND] in _LAUNCH_CATS and r[CORR]}
+    launched = {r.corr: r.start for r in records if r.kind in _LAUNCH_CATS and r.corr}
     if not launched:
-        return [r[START] for r in records]
-    return [launched.get(r[LINK], r[START]) if r[KIND] in _DEVICE_CATS else r[START] for r in records]
+        return [r.start for r in records]
+    return [launched.get(r.link, r.start) if r.kind in _DEVICE_CATS else r.start for r in records]
 
 
 class _Window:
     """One window's records, in the order of the times that decide their iteration
     (:func:`owner_times`), and those times."""
 
-    def __init__(self, records: list[list[Any]]) -> None:
+    def __init__(self, records: list[OpRecord]) -> None:
         owners = owner_times(records)
         order = sorted(range(len(records)), key=owners.__getitem__)  # stable: start order within
         self.records = [records[i] for i in order]
@@ -235,7 +235,7 @@ class Windows:
         self.data_dir = data_dir
         self._cache: dict[str, _Window] = {}
 
-    def load(self, name: str, offset_ns: int, shapes: bool) -> list[list[Any]]:
+    def load(self, name: str, offset_ns: int, shapes: bool) -> list[OpRecord]:
         return self._load(name, offset_ns, shapes).records
 
     def _load(self, name: str, offset_ns: int, shapes: bool) -> _Window:
@@ -252,26 +252,26 @@ class Windows:
             self._cache[name] = window
         return window
 
-    def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[list[Any]]:
+    def resolve(self, refs: list[Any], start_ns: int, end_ns: int) -> list[OpRecord]:
         """The records of the operators that started in ``[start_ns, end_ns)`` (device work:
-        that was launched then), from the windows ``refs`` names, in start order; fresh lists
-        (readers may change them).  A ``record_function`` block open across an iteration end
-        was ended and reopened by the cut, so its pieces already lie in their iterations.
+        that was launched then), from the windows ``refs`` names, in start order (tuples: the
+        window's own, shared).  A ``record_function`` block open across an iteration end was
+        ended and reopened by the cut, so its pieces already lie in their iterations.
         """
-        taken: list[list[Any]] = []
+        taken: list[OpRecord] = []
         for ref in refs:
             if not isinstance(ref, dict) or not isinstance(ref.get(KEY), str):
                 continue
             window = self._load(ref[KEY], int(ref.get("offset_ns", 0)), bool(ref.get("shapes")))
             first, last = bisect_left(window.starts, start_ns), bisect_left(window.starts, end_ns)
-            taken.extend(list(r) for r in window.records[first:last])
+            taken.extend(window.records[first:last])
             clip = ref.get("clip_ns")
             if clip is not None:
                 # the first iteration: an operator or block begun after the capture started and
                 # still running at the iteration's start (a loop-wide one continued at the start)
                 # is the iteration's from its start on
                 for r in window.records[bisect_left(window.starts, clip):first]:
-                    if r[START] + r[DUR] > start_ns and r[KIND] not in _DEVICE_CATS:
-                        taken.append([*r[:START], start_ns, r[START] + r[DUR] - start_ns, *r[DUR + 1:]])
-        taken.sort(key=lambda r: r[START])
+                    if r.start + r.dur > start_ns and r.kind not in _DEVICE_CATS:
+                        taken.append(r._replace(start=start_ns, dur=r.start + r.dur - start_ns))
+        taken.sort(key=attrgetter("start"))
         return taken

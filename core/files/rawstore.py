@@ -325,9 +325,20 @@ class _FileProblems:
 def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, where: str,
                  problems: _FileProblems | None) -> None:
     """Replace the ``ops`` stream's window references by the records they hold (in place); a
-    window file that cannot be read loses that iteration's operators, named."""
+    window file that cannot be read loses that iteration's operators, named.  Records stored
+    inline as arrays become :class:`~jobprof.plugin.OpRecord`\\ s too."""
     refs = streams.get(OPS_STREAM)
-    if refs is None or not kinetotrace.is_reference(refs):
+    if refs is None:
+        return
+    if not kinetotrace.is_reference(refs):
+        records, bad = kinetotrace.from_arrays(refs)
+        streams[OPS_STREAM] = records
+        if bad:
+            text = f"{bad} ops record(s) not shaped as the operator capture writes them: left out"
+            if problems is not None:
+                problems.add(where, text)
+            else:
+                problem(f"{windows.data_dir}: {where}: {text}")
         return
     iteration = streams[ITERATION_STREAM][0]
     try:

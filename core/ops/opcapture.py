@@ -69,7 +69,7 @@ class Detail:
     shapes: bool = False  # input shapes, dtypes, strides, scalar values (task_trace l1, metric groups)
     cuda: bool = False  # also record CUDA kernels, memcpy and memset (CUPTI)
     #: CUPTI metric names measured per kernel (e.g. ``lts__t_sector_hit_rate.pct``); CUDA only.
-    #: UNVERIFIED on a GPU so far: Kineto's range-profiler mode, values land in the EXTRA field
+    #: UNVERIFIED on a GPU so far: Kineto's range-profiler mode, values land in the extra field
     cupti_metrics: tuple[str, ...] = attrs.field(converter=_strs, default=())
 
     def merge(self, other: Detail) -> Detail:

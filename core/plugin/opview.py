@@ -29,21 +29,11 @@ from typing import Any
 from jobprof.plugin import opmath
 from jobprof.plugin.records import (
     CONCRETE,
-    CORR,
     DEVICE_KINDS,
-    DTYPES,
-    DUR,
-    EXTRA,
-    KIND,
-    LINK,
-    NAME,
     OPS_STREAM,
-    SHAPES,
-    START,
-    STRIDES,
-    TID,
     CompiledGraphRecord,
     FusedKernel,
+    OpRecord,
     records_of,
 )
 from jobprof.plugin.values import ExportContext
@@ -117,17 +107,17 @@ class Task:
                  "op_type", "record",
                  "start", "stream", "task_id", "wait")
 
-    def __init__(self, index: int, record: list[Any], host: list[Any] | None, core_type: str) -> None:
+    def __init__(self, index: int, record: OpRecord, host: OpRecord | None, core_type: str) -> None:
         self.index = index
         self.record = record
         self.host = host  # the operator record (the task itself on CPU); None if unmatched
-        self.name: str = record[NAME]
-        self.op_type: str = op_type(host[NAME]) if host is not None else \
-            kernel_type(record[NAME]) if record[KIND] in DEVICE_KINDS else op_type(record[NAME])
+        self.name: str = record.name
+        self.op_type: str = op_type(host.name) if host is not None else \
+            kernel_type(record.name) if record.kind in DEVICE_KINDS else op_type(record.name)
         self.core_type = core_type
-        self.stream: int = record[TID]
-        self.start: int = record[START]
-        self.dur: int = record[DUR]
+        self.stream: int = record.tid
+        self.start: int = record.start
+        self.dur: int = record.dur
         self.task_id = 0
         self.wait = 0
         self._io: Any = None
@@ -146,36 +136,36 @@ class Task:
     # input details come from the host operator (a kernel has none of its own)
     @property
     def shapes(self) -> list[Any] | None:
-        return self.host[SHAPES] if self.host is not None else None
+        return self.host.shapes if self.host is not None else None
 
     @property
     def dtypes(self) -> list[Any] | None:
-        return self.host[DTYPES] if self.host is not None else None
+        return self.host.dtypes if self.host is not None else None
 
     @property
     def strides(self) -> list[Any] | None:
-        return self.host[STRIDES] if self.host is not None else None
+        return self.host.strides if self.host is not None else None
 
     @property
     def concrete(self) -> list[Any] | None:
         """The scalar argument values Kineto recorded for the operator (a convolution's stride,
         padding ...), one string per argument; None when none were."""
-        extra = self.host[EXTRA] if self.host is not None else None
+        extra = self.host.extra if self.host is not None else None
         return extra.get(CONCRETE) if isinstance(extra, dict) else None
 
     @property
     def extra(self) -> Any:
         """Device work's data Kineto attached (kernel args: grid, block, CUPTI counters); None
         for a CPU task (an operator's ``extra`` holds its concrete inputs: :attr:`concrete`)."""
-        return self.record[EXTRA] if self.record[KIND] in DEVICE_KINDS else None
+        return self.record.extra if self.record.kind in DEVICE_KINDS else None
 
     def _cost(self) -> Any:
         if self._io is None:
             host = self.host
-            if host is None or host[SHAPES] is None:
+            if host is None or host.shapes is None:
                 self._io = (None, None, None)
             else:
-                self._io = opmath.cost(host[NAME], host[SHAPES], host[DTYPES], self.concrete)
+                self._io = opmath.cost(host.name, host.shapes, host.dtypes, self.concrete)
         return self._io
 
     @property
@@ -199,30 +189,30 @@ class Task:
 class OpView:
     """The operators of one iteration: nesting per thread, top-level operators, tasks."""
 
-    def __init__(self, records: list[list[Any]], graphs: Iterable[CompiledGraphRecord] = ()) -> None:
+    def __init__(self, records: list[OpRecord], graphs: Iterable[CompiledGraphRecord] = ()) -> None:
         self.records = records
         n = len(records)
         self.parent = [-1] * n
         # host calls only: not device work, nor the ranges Kineto projects onto GPU streams
         # (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
-        host = [i for i, r in enumerate(records) if r[KIND] not in DEVICE_KINDS
-                and not r[KIND].startswith(DEVICE_RANGE_PREFIXES)]
-        self.has_device = any(r[KIND] in DEVICE_KINDS for r in records)
+        host = [i for i, r in enumerate(records) if r.kind not in DEVICE_KINDS
+                and not r.kind.startswith(DEVICE_RANGE_PREFIXES)]
+        self.has_device = any(r.kind in DEVICE_KINDS for r in records)
         by_thread: dict[int, list[int]] = {}
         for i in host:
-            by_thread.setdefault(records[i][TID], []).append(i)
+            by_thread.setdefault(records[i].tid, []).append(i)
         parent = self.parent
         #: records on a second lane of their thread (they overlap a sibling without nesting,
         #: e.g. a block ended on another thread); a timeline draws them on their own track
         self.lane = [0] * n
         for indices in by_thread.values():
-            indices.sort(key=lambda i: (records[i][START], -records[i][DUR]))
+            indices.sort(key=lambda i: (records[i].start, -records[i].dur))
             stack: list[int] = []
             for i in indices:
-                start, end = records[i][START], records[i][START] + records[i][DUR]
-                while stack and records[stack[-1]][START] + records[stack[-1]][DUR] <= start:
+                start, end = records[i].start, records[i].start + records[i].dur
+                while stack and records[stack[-1]].start + records[stack[-1]].dur <= start:
                     stack.pop()
-                if stack and records[stack[-1]][START] + records[stack[-1]][DUR] < end:
+                if stack and records[stack[-1]].start + records[stack[-1]].dur < end:
                     self.lane[i] = 1  # partial overlap: not a child, not nestable here
                     continue
                 if stack:
@@ -235,15 +225,15 @@ class OpView:
         by_range = {g.call_range: g for g in graphs if g.call_range is not None}
         kernels: list[int] = []
         if by_range:
-            self.graph_of = {i: by_range[records[i][NAME]] for i in host if records[i][NAME] in by_range}
+            self.graph_of = {i: by_range[records[i].name] for i in host if records[i].name in by_range}
             if self.graph_of:
-                kernels = [i for i in host if self.lane[i] == 0 and _KERNEL_RANGE.match(records[i][NAME])]
-        self.top = [i for i in host if is_dispatch_op(records[i][NAME], records[i][KIND])
+                kernels = [i for i in host if self.lane[i] == 0 and _KERNEL_RANGE.match(records[i].name)]
+        self.top = [i for i in host if is_dispatch_op(records[i].name, records[i].kind)
                     and self.lane[i] == 0 and not self._has_dispatch_ancestor(i)] + kernels
-        self.top.sort(key=lambda i: records[i][START])
+        self.top.sort(key=lambda i: records[i].start)
         self.launches: dict[int, int] = {}
         self.tasks = self._device_tasks() if self.has_device else \
-            [Task(i, records[i], records[i], _host_core(records[i][NAME])) for i in self.top]
+            [Task(i, records[i], records[i], _host_core(records[i].name)) for i in self.top]
         if self.graph_of:
             self._join_graphs()
         self._number_tasks()
@@ -281,7 +271,7 @@ class OpView:
                 continue
             if host not in matched:
                 externs = [k for k in graph.kernels if k.kind == "extern"]
-                op, at = op_type(records[host][NAME]), extern_next.get(around, 0)
+                op, at = op_type(records[host].name), extern_next.get(around, 0)
                 matched[host] = None
                 for k in range(at, len(externs)):
                     if _extern_op(externs[k].name) == op:
@@ -292,7 +282,7 @@ class OpView:
     def _has_dispatch_ancestor(self, i: int) -> bool:
         records, p = self.records, self.parent[i]
         while p >= 0:
-            if is_dispatch_op(records[p][NAME], records[p][KIND]):
+            if is_dispatch_op(records[p].name, records[p].kind):
                 return True
             p = self.parent[p]
         return False
@@ -300,22 +290,22 @@ class OpView:
     def innermost_dispatch(self, i: int) -> int:
         """The closest dispatcher operator at or above record ``i`` (-1: none)."""
         records = self.records
-        while i >= 0 and not is_dispatch_op(records[i][NAME], records[i][KIND]):
+        while i >= 0 and not is_dispatch_op(records[i].name, records[i].kind):
             i = self.parent[i]
         return i
 
     def _device_tasks(self) -> list[Task]:
         records = self.records
-        self.launches = launches = {r[CORR]: i for i, r in enumerate(records)
-                                    if r[KIND] in _LAUNCH_KINDS and r[CORR]}
+        self.launches = launches = {r.corr: i for i, r in enumerate(records)
+                                    if r.kind in _LAUNCH_KINDS and r.corr}
         tasks = []
         for i, r in enumerate(records):
-            kind = r[KIND]
+            kind = r.kind
             if kind not in DEVICE_KINDS:
                 continue
-            launch = launches.get(r[LINK], -1)
+            launch = launches.get(r.link, -1)
             op = self.innermost_dispatch(launch) if launch >= 0 else -1
-            core = COMMUNICATION if r[NAME].startswith(COMM_PREFIXES) else _DEVICE_CORE[kind]
+            core = COMMUNICATION if r.name.startswith(COMM_PREFIXES) else _DEVICE_CORE[kind]
             tasks.append(Task(i, r, records[op] if op >= 0 else None, core))
         tasks.sort(key=lambda t: t.start)
         by_op: dict[int, list[Task]] = {}
@@ -349,7 +339,7 @@ class OpView:
 
     def self_ns(self, i: int) -> int:
         """Time of record ``i`` not spent in its children."""
-        return self.records[i][DUR] - sum(self.records[c][DUR] for c in self.children(i))
+        return self.records[i].dur - sum(self.records[c].dur for c in self.children(i))
 
     def subtree(self, i: int) -> Iterable[int]:
         """Record ``i`` and every record nested in it (depth first)."""
@@ -361,9 +351,9 @@ class OpView:
 
     def launch_of(self, task: Task) -> int:
         """The host record (CUDA runtime call) that launched a device task, or -1."""
-        if task.record[KIND] not in DEVICE_KINDS:
+        if task.record.kind not in DEVICE_KINDS:
             return -1
-        return self.launches.get(task.record[LINK], -1)
+        return self.launches.get(task.record.link, -1)
 
 
 def _host_core(name: str) -> str:

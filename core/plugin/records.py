@@ -18,7 +18,7 @@ counters).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Protocol, TypeGuard, TypeVar
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeGuard, TypeVar
 
 import attrs
 
@@ -47,6 +47,7 @@ __all__ = [
     "CollectiveRecord",
     "CompiledGraphRecord",
     "FusedKernel",
+    "OpRecord",
     "SharedRecord",
     "StepPointsRecord",
     "TxRecord",
@@ -59,14 +60,47 @@ __all__ = [
 ITERATION_STREAM = "iteration"
 #: jobprof's own work inside the iteration, ``[[start_ns, end_ns], ...]``
 PROFILER_STREAM = "profiler"
-#: the operator capture's tasks (``jobprof.ops.opcapture``): one JSON array per event, its fields
-#: at the indices below.  In the job the stream holds references to the Kineto trace files the
-#: capture wrote (``jobprof.files.kinetotrace``); readers get the arrays, resolved on reading.
+#: the operator capture's tasks (``jobprof.ops.opcapture``): one :class:`OpRecord` per event.  In
+#: the job the stream holds references to the Kineto trace files the capture wrote
+#: (``jobprof.files.kinetotrace``); readers get the records, resolved on reading.
 OPS_STREAM = "ops"
+
+
+class OpRecord(NamedTuple):
+    """One event of the ``ops`` stream: an operator, a runtime call or a device task, read by
+    its field names (``r.name``, ``r.dur``).  A tuple, so records read back from a window are
+    shared by every reader of the iteration and none can change what the next one sees;
+    :meth:`~typing.NamedTuple._replace` makes a changed copy.  Times are monotonic ns."""
+
+    #: the operator's or kernel's name (``aten::mm``, ``cudaLaunchKernel``, a kernel's symbol)
+    name: str
+    start: int
+    dur: int
+    #: OS thread of a host event; CUDA stream of device work
+    tid: int
+    #: Kineto's activity type: ``cpu_op``, ``user_annotation``, ``cuda_runtime``, ``kernel``, ...
+    kind: str
+    #: the GPU of device work, -1 on the host
+    device: int = -1
+    #: CUPTI's correlation id of a runtime call (its launch), or 0
+    corr: int = 0
+    #: of device work: the correlation id of the launch that queued it, or 0
+    link: int = 0
+    #: with shapes (``task_trace`` l1 and up): the inputs' dims, C++ type names and strides
+    shapes: list[Any] | None = None
+    dtypes: list[Any] | None = None
+    strides: list[Any] | None = None
+    #: 0 in records read from Kineto's files (its estimate is not written there)
+    flops: int = 0
+    #: device work: the rest of Kineto's args (grid, block, bytes ...); a host operator recorded
+    #: with shapes: {CONCRETE: Kineto's ``Concrete Inputs``, one string per argument}; or None
+    extra: dict[str, Any] | None = None
+
+
+#: the field positions of an ``ops`` record in its JSON array form (records stored inline, before
+#: Kineto windows); readers use the names
 NAME, START, DUR, TID, KIND, DEVICE, CORR, LINK, SHAPES, DTYPES, STRIDES, FLOPS, EXTRA = range(13)
-#: ``EXTRA`` of a host operator recorded with shapes: {CONCRETE: Kineto's ``Concrete Inputs``,
-#: one string per argument, the value of scalar arguments (a convolution's stride) else ""};
-#: ``FLOPS`` is 0 in records read from Kineto's files (its estimate is not written there)
+assert OpRecord._fields[EXTRA] == "extra" and len(OpRecord._fields) == EXTRA + 1
 CONCRETE = "Concrete Inputs"
 #: Kineto activity types of work that ran on a device (CUDA kernels, copies, fills)
 DEVICE_KINDS = frozenset({"kernel", "gpu_memcpy", "gpu_memset"})

@@ -48,7 +48,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.plugin import NA, NAME, MetricSet, PluginSession, opmath
+from jobprof.plugin import NA, MetricSet, PluginSession, opmath
 
 #: calibration keys (jobprof.ops.calibrate)
 MATMUL_PEAK, VECTOR_PEAK, MEMORY_PEAK = "matmul_flops_per_s", "vector_flops_per_s", "memory_bytes_per_s"
@@ -209,7 +209,7 @@ def derive(task: Any, machine: Mapping[str, Any]) -> tuple[float | None, Work]:
         key: tuple[Any, ...] = (None, None, None, None, p)
         name = count = moved = kind = None
     else:
-        name, count, moved, outputs = host[NAME], task.flops, task.bytes_moved, task.outputs
+        name, count, moved, outputs = host.name, task.flops, task.bytes_moved, task.outputs
         kind = outputs[1][0] if outputs is not None and outputs[1] else _first_tensor_dtype(task.dtypes)
         key = (name, count, moved, kind, p)
     found = _WORK.get(key)

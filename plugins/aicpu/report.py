@@ -11,7 +11,7 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import NAME, OPS_STREAM, Finding, OpView, Section
+from jobprof.plugin import OPS_STREAM, Finding, OpView, Section
 from jobprof.plugins.aicpu.split import launching_tops, split
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         total = dispatch = 0
         for i in view.top:
             s = split(view, i)
-            agg = per_op[records[i][NAME]]
+            agg = per_op[records[i].name]
             agg[0] += 1
             agg[1] += s.total
             agg[2] += s.compute

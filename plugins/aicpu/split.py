@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import attrs
 
-from jobprof.plugin import DEVICE_KINDS, DUR, KIND, NAME, TID, OpView, is_dispatch_op
+from jobprof.plugin import DEVICE_KINDS, OpView, is_dispatch_op
 
 #: operators whose self time is the copy itself (``aten::_to_copy``, ``aten::clone``,
 #: ``aten::contiguous`` and ``aten::to`` are wrappers: their copy is a ``copy_`` child)
@@ -111,8 +111,8 @@ def split(view: OpView, i: int) -> Split:
     records = view.records
     compute = memcpy = 0
     for j in view.subtree(i):
-        name = records[j][NAME]
-        where = bucket(name, records[j][KIND])
+        name = records[j].name
+        where = bucket(name, records[j].kind)
         if where == "dispatch" or _redispatched(view, j, name):
             continue
         own = max(0, view.self_ns(j))
@@ -120,7 +120,7 @@ def split(view: OpView, i: int) -> Split:
             memcpy += own
         else:
             compute += own
-    total = records[i][DUR]
+    total = records[i].dur
     # children never outlast their parent (the tree nests): this only guards odd records
     memcpy = min(memcpy, total)
     compute = min(compute, total - memcpy)
@@ -133,7 +133,7 @@ def _redispatched(view: OpView, j: int, name: str) -> bool:
     ``aten::mm > PythonDispatchMode > aten::mm``): the outer record's own time is that layer,
     framework time; the work is in the inner record."""
     records = view.records
-    return any(records[c][NAME] == name or records[c][NAME] in PYTHON_DISPATCH_RECORDS
+    return any(records[c].name == name or records[c].name in PYTHON_DISPATCH_RECORDS
                for c in view.children(j))
 
 
@@ -143,7 +143,7 @@ def launching_tops(view: OpView) -> set[int]:
     tops = set(view.top)
     found: set[int] = set()
     for task in view.tasks:
-        if task.record[KIND] not in DEVICE_KINDS:
+        if task.record.kind not in DEVICE_KINDS:
             continue
         j = view.launch_of(task)
         while j >= 0 and j not in tops:
@@ -159,7 +159,7 @@ def numbered(view: OpView) -> list[tuple[int, int, int]]:
     counters: dict[int, int] = {}
     out = []
     for i in view.top:
-        tid = view.records[i][TID]
+        tid = view.records[i].tid
         counters[tid] = counters.get(tid, 0) + 1
         out.append((i, tid, counters[tid]))
     return out

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobprof.plugin import NAME, START, ExportContext, opview
+from jobprof.plugin import ExportContext, opview
 from jobprof.plugins.aicpu.split import launching_tops, numbered, split
 
 HEADER = ["Device_id", "Timestamp(us)", "Node", "Compute_time(us)", "Memcpy_time(us)", "Task_time(us)",
@@ -26,9 +26,9 @@ def render_csv(ctx: ExportContext) -> str | None:
     for i, tid, task_id in numbered(view):
         record = view.records[i]
         s = split(view, i)
-        node = record[NAME]
+        node = record.name
         if launched is not None and i not in launched:
             node += HOST_MARK
-        rows.append([ctx.device_id, ctx.stamp_cell(record[START]), node, us(s.compute), us(s.memcpy),
+        rows.append([ctx.device_id, ctx.stamp_cell(record.start), node, us(s.compute), us(s.memcpy),
                      us(s.task), us(s.dispatch), us(s.total), tid, task_id])
     return ctx.csv(HEADER, rows)

@@ -21,23 +21,12 @@ from collections import defaultdict
 from typing import Any
 
 from jobprof.plugin import (
-    CORR,
-    DEVICE,
-    DTYPES,
-    DUR,
-    EXTRA,
-    KIND,
     LANE_STRIDE,
-    LINK,
     NA,
-    NAME,
-    SHAPES,
-    START,
-    STRIDES,
-    TID,
     BatchRecord,
     CollectiveRecord,
     ExportContext,
+    OpRecord,
     StepPointsRecord,
     TxRecord,
     WorkerFetchRecord,
@@ -113,7 +102,7 @@ def training_thread(ctx: ExportContext, view: opview.OpView | None) -> int:
     if view is not None and view.top:
         busy: dict[int, int] = defaultdict(int)
         for i in view.top:
-            busy[view.records[i][TID]] += view.records[i][DUR]
+            busy[view.records[i].tid] += view.records[i].dur
         return max(sorted(busy), key=lambda t: busy[t])
     return ctx.pid
 
@@ -210,10 +199,10 @@ def _dataloader(b: _Builder) -> None:
                         "jobprof source": source})
 
 
-def _input_args(record: list[Any]) -> dict[str, Any]:
-    if record[SHAPES] is None:
+def _input_args(record: OpRecord) -> dict[str, Any]:
+    if record.shapes is None:
         return {}
-    return {"Input Dims": record[SHAPES], "Input type": record[DTYPES], "Input Strides": record[STRIDES]}
+    return {"Input Dims": record.shapes, "Input type": record.dtypes, "Input Strides": record.strides}
 
 
 def _host_lanes(view: opview.OpView, train_tid: int, start_ns: int, end_ns: int) -> dict[int, int]:
@@ -225,14 +214,14 @@ def _host_lanes(view: opview.OpView, train_tid: int, start_ns: int, end_ns: int)
     records = view.records
     off: dict[int, list[int]] = {}
     for i, r in enumerate(records):
-        if r[KIND] in _GPU_CATS or r[KIND].startswith("cuda_profiler"):
+        if r.kind in _GPU_CATS or r.kind.startswith("cuda_profiler"):
             continue
-        start, end = r[START], r[START] + r[DUR]
-        if view.lane[i] or (r[TID] == train_tid and (start < start_ns or end > end_ns)):
-            off.setdefault(r[TID], []).append(i)
+        start, end = r.start, r.start + r.dur
+        if view.lane[i] or (r.tid == train_tid and (start < start_ns or end > end_ns)):
+            off.setdefault(r.tid, []).append(i)
     lanes: dict[int, int] = {}
     for indices in off.values():
-        spans = [(records[i][START], records[i][START] + records[i][DUR]) for i in indices]
+        spans = [(records[i].start, records[i].start + records[i].dur) for i in indices]
         for i, lane in zip(indices, assign_lanes(spans), strict=True):
             lanes[i] = lane + 1
     return lanes
@@ -248,14 +237,14 @@ def _operators(b: _Builder, view: opview.OpView, train_tid: int) -> str:
     pseudo = not view.has_device and bool(view.tasks)
     lanes = _host_lanes(view, train_tid, it.start_ns, it.end_ns)
     for i, r in enumerate(records):
-        kind = r[KIND]
-        start, end = r[START], r[START] + r[DUR]
+        kind = r.kind
+        start, end = r.start, r.start + r.dur
         if kind in _GPU_CATS:
-            launch = view.launches.get(r[LINK], -1)  # the runtime call that launched it
+            launch = view.launches.get(r.link, -1)  # the runtime call that launched it
             op = view.innermost_dispatch(launch) if launch >= 0 else -1
-            args = {"External id": externals[op] if op >= 0 else 0, "device": r[DEVICE], "stream": r[TID],
-                    "correlation": r[LINK]}
-            extra = r[EXTRA]
+            args = {"External id": externals[op] if op >= 0 else 0, "device": r.device, "stream": r.tid,
+                    "correlation": r.link}
+            extra = r.extra
             if extra:
                 try:
                     parsed = json.loads(extra) if isinstance(extra, str) else extra
@@ -263,15 +252,15 @@ def _operators(b: _Builder, view: opview.OpView, train_tid: int) -> str:
                         args = {**parsed, **args}
                 except ValueError:
                     pass
-            b.threads[(r[DEVICE], r[TID])] = f"stream {r[TID]}"
-            b.span(kind, r[NAME], r[DEVICE], r[TID], start, end, args)
+            b.threads[(r.device, r.tid)] = f"stream {r.tid}"
+            b.span(kind, r.name, r.device, r.tid, start, end, args)
             continue
         if kind.startswith("cuda_profiler"):
             continue  # Kineto's projection of ranges onto GPU streams; nothing to add
         args = {"External id": externals[i], "Record function id": 0, **_input_args(r)}
         if kind in ("cuda_runtime", "cuda_driver"):
-            args["correlation"] = r[CORR]
-        thread = r[TID]
+            args["correlation"] = r.corr
+        thread = r.tid
         lane = lanes.get(i, 0)
         track = _tid(thread, _OPS, lane)
         b.threads[(ctx.pid, track)] = f"thread {thread}" if not lane else \
@@ -280,13 +269,13 @@ def _operators(b: _Builder, view: opview.OpView, train_tid: int) -> str:
         if task is not None:
             correlation += 1
             args["correlation"] = correlation
-        b.span(kind, r[NAME], ctx.pid, track, start, end, args)
+        b.span(kind, r.name, ctx.pid, track, start, end, args)
         if task is not None:
             # the task as the CPU-only job's device work: a kernel on the pseudo device, linked
             # to its operator by correlation like a CUDA kernel to its launch
             pid = PSEUDO_PID_BASE + ctx.device_id
             b.threads[(pid, task.stream)] = f"stream {task.stream} (CPU thread {task.stream})"
-            b.span("kernel", r[NAME], pid, task.stream, start, end, {
+            b.span("kernel", r.name, pid, task.stream, start, end, {
                 "External id": externals[i], "device": ctx.device_id, "stream": task.stream,
                 "correlation": correlation, "Task Type": task.core_type, "Task Id": task.task_id,
                 "jobprof pseudo device": True})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import EXTRA, KIND, NA, OPS_STREAM, Section
+from jobprof.plugin import NA, OPS_STREAM, Section
 from jobprof.plugins.l2.join import CACHE_SOURCES, R_VALUES, cupti_hit_rate, hit_rate, ratio_cell
 from jobprof.plugins.l2.writer import STREAM
 
@@ -47,8 +47,8 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     for _, streams in profile.streams(device):
         if source == "CUPTI":
             for r in streams.get(OPS_STREAM, ()):
-                if r[KIND] == "kernel":
-                    value = cupti_hit_rate(r[EXTRA])
+                if r.kind == "kernel":
+                    value = cupti_hit_rate(r.extra)
                     if value is not None:
                         rates.append(value)
             continue

@@ -19,12 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jobprof.plugin import (
     COMPUTE,
     DEVICE_KINDS,
-    DUR,
-    KIND,
-    NAME,
     OPS_STREAM,
-    START,
-    TID,
     Finding,
     Section,
     opview,
@@ -142,12 +137,12 @@ def compute_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
     if not records:
         return None
     comm = opview.COMM_PREFIXES
-    device = [r for r in records if r[KIND] in DEVICE_KINDS]
+    device = [r for r in records if r.kind in DEVICE_KINDS]
     if device:
-        return {COMPUTE: [(r[START], r[START] + r[DUR]) for r in device if not r[NAME].startswith(comm)]}
+        return {COMPUTE: [(r.start, r.start + r.dur) for r in device if not r.name.startswith(comm)]}
     # dispatcher operators (opview.is_dispatch_op, inlined: this runs over every record)
-    ops = sorted((r[START], r[DUR], r[TID], r[NAME]) for r in records if r[KIND] == "cpu_op"
-                 and "::" in r[NAME] and not r[NAME].startswith(("autograd::", "torch::autograd::")))
+    ops = sorted((r.start, r.dur, r.tid, r.name) for r in records if r.kind == "cpu_op"
+                 and "::" in r.name and not r.name.startswith(("autograd::", "torch::autograd::")))
     spans = []
     top_end: dict[int, int] = {}  # thread -> end of its current top-level operator
     for start, dur, tid, name in ops:

@@ -16,7 +16,7 @@ import marshal
 import re
 from typing import Any
 
-from jobprof.plugin import DTYPES, NA, NAME, SHAPES, STRIDES, ExportContext, opview
+from jobprof.plugin import NA, ExportContext, opview
 from jobprof.plugins.task_trace.formats import input_cells, output_cells
 
 MEMO_KEY = "task_trace.table"
@@ -72,12 +72,12 @@ class Signatures:
         assert host is not None  # the one caller skips tasks without one
         key: bytes | None
         try:
-            key = marshal.dumps((host[NAME], host[SHAPES], host[DTYPES], host[STRIDES]), 2)
+            key = marshal.dumps((host.name, host.shapes, host.dtypes, host.strides), 2)
             found = self._cells.get(key)
         except ValueError:  # a value marshal does not take: format without the cache
             key, found = None, None
         if found is None:
-            raw = input_cells(host[SHAPES], host[DTYPES], host[STRIDES])
+            raw = input_cells(host.shapes or [], host.dtypes or [], host.strides or [])
             out = output_cells(task.outputs)
             found = ((csv_cell(raw[0]), csv_cell(raw[1]), csv_cell(raw[2])),
                      (NA, NA, NA) if out is None else (csv_cell(out[0]), csv_cell(out[1]), csv_cell(out[2])))
@@ -132,7 +132,7 @@ class TaskTable:
         lookup = self.signatures.lookup
         for j, t in enumerate(self.tasks):
             host = t.host
-            if host is None or host[SHAPES] is None:
+            if host is None or host.shapes is None:
                 continue
             cells, out = lookup(t)
             inputs[0][j], inputs[1][j], inputs[2][j] = cells

@@ -28,20 +28,13 @@ from __future__ import annotations
 from bisect import bisect_left
 from heapq import merge
 from itertools import islice
-from typing import Any
 
 from jobprof.plugin import (
     DEVICE_PROCESS,
-    DTYPES,
-    DUR,
     HOST_LABEL,
-    KIND,
-    NAME,
-    SHAPES,
-    START,
-    TID,
     CollectiveRecord,
     ExportContext,
+    OpRecord,
     Timeline,
     device_label,
     opview,
@@ -139,12 +132,12 @@ def _host_lanes(view: opview.OpView) -> dict[int, int]:
     by_thread: dict[int, list[int]] = {}
     for i, lane in enumerate(view.lane):
         if lane:
-            by_thread.setdefault(records[i][TID], []).append(i)
+            by_thread.setdefault(records[i].tid, []).append(i)
     for indices in by_thread.values():
-        indices.sort(key=lambda i: (records[i][START], -records[i][DUR]))
+        indices.sort(key=lambda i: (records[i].start, -records[i].dur))
         open_ends: list[list[int]] = []
         for i in indices:
-            start, end = records[i][START], records[i][START] + records[i][DUR]
+            start, end = records[i].start, records[i].start + records[i].dur
             for k, stack in enumerate(open_ends):
                 while stack and stack[-1] <= start:
                     stack.pop()
@@ -169,48 +162,48 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     host_pid = timeline.process(HOST_PROCESS, HOST_LABEL)
     # host calls only: not the device work, nor Kineto's projections of ranges onto GPU
     # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
-    host = [i for i, r in enumerate(records) if r[KIND] not in opview.DEVICE_KINDS
-            and not r[KIND].startswith(opview.DEVICE_RANGE_PREFIXES)]
+    host = [i for i, r in enumerate(records) if r.kind not in opview.DEVICE_KINDS
+            and not r.kind.startswith(opview.DEVICE_RANGE_PREFIXES)]
     # an op-heavy iteration (LBFGS: ~170,000 tasks) keeps the time prefix that fits the limit
     limit = event_limit(ctx)
     task_starts = [t.start for t in tab.tasks] if tab is not None else []
-    cut = _cutoff([records[i][START] for i in host], task_starts, limit)
+    cut = _cutoff([records[i].start for i in host], task_starts, limit)
     n_tasks = len(task_starts) if cut is None else bisect_left(task_starts, cut)
     total = len(host) + _PER_TASK * len(task_starts)
     if cut is not None:
-        host = [i for i in host if records[i][START] < cut]
+        host = [i for i in host if records[i].start < cut]
     lanes = _host_lanes(view) if any(view.lane) else {}
     track = {}  # record -> its host track
-    for tid in sorted({records[i][TID] for i in host}):
+    for tid in sorted({records[i].tid for i in host}):
         timeline.thread(host_pid, tid, f"Thread {tid}")
     hosted = set(host) if len(host) != len(records) else None
     for i, k in sorted(lanes.items(), key=lambda item: item[1]):
         if hosted is not None and i not in hosted:
             continue
-        tid = records[i][TID]
+        tid = records[i].tid
         track[i] = tid + k * LANE_STRIDE
         timeline.thread(host_pid, track[i], f"Thread {tid} (overlapping)" if k == 1
                         else f"Thread {tid} (overlapping {k})", sort_index=tid)
     hosts = [records[i] for i in host]
-    starts = [r[START] + offset for r in hosts]
+    starts = [r.start + offset for r in hosts]
     ts = [s / 1000 for s in starts]
     ts_of = dict(zip(host, ts, strict=True))
-    tracks = [track.get(i, r[TID]) for i, r in zip(host, hosts, strict=True)] if track else \
-        [r[TID] for r in hosts]
+    tracks = [track.get(i, r.tid) for i, r in zip(host, hosts, strict=True)] if track else \
+        [r.tid for r in hosts]
     # args: the operator type, and PyTorch's own trace args for the inputs (every argument as
     # recorded, non-tensors as []); other records (blocks, runtime calls) say what they are.
     # Formatted as text (see Timeline.add_text): names and arg heads once per distinct name
     heads: dict[tuple[str, str], str] = {}
     for r in hosts:
-        key = (r[NAME], r[KIND])
+        key = (r.name, r.kind)
         if key not in heads:
-            args = f'{{"Op Type": {dumps(opview.op_type(r[NAME]))}' if r[KIND] == "cpu_op" \
-                else f'{{"Event Type": {dumps(r[KIND])}'
-            heads[key] = f'{{"name": {dumps(r[NAME])}, "pid": {host_pid}, "args": {args}'
+            args = f'{{"Op Type": {dumps(opview.op_type(r.name))}' if r.kind == "cpu_op" \
+                else f'{{"Event Type": {dumps(r.kind)}'
+            heads[key] = f'{{"name": {dumps(r.name)}, "pid": {host_pid}, "args": {args}'
     dtype_text: dict[tuple[str, ...], str] = {}
-    events = [f'{heads[r[NAME], r[KIND]]}'
-              f'{_inputs(r, dtype_text) if r[KIND] == "cpu_op" and r[SHAPES] is not None else ""}}}, '
-              f'"tid": {tid}, "ts": {t!r}, "dur": {r[DUR] / 1000!r}, "ph": "X"}}'
+    events = [f'{heads[r.name, r.kind]}'
+              f'{_inputs(r, dtype_text) if r.kind == "cpu_op" and r.shapes is not None else ""}}}, '
+              f'"tid": {tid}, "ts": {t!r}, "dur": {r.dur / 1000!r}, "ph": "X"}}'
               for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
     if tab is not None:
         _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events)
@@ -224,16 +217,16 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     _add_overlap(ctx, timeline, view)
 
 
-def _inputs(record: list[Any], dtype_text: dict[tuple[str, ...], str]) -> str:
+def _inputs(record: OpRecord, dtype_text: dict[tuple[str, ...], str]) -> str:
     """``, "Input Dims": [...], "Input type": [...]`` as JSON text.
 
     ``str()`` of a list of int lists is already JSON; the dtype list's text is made once per
     distinct list (json.dumps: names may hold anything)."""
-    key = tuple(record[DTYPES])
+    key = tuple(record.dtypes or ())  # recorded with shapes: the caller checks
     names = dtype_text.get(key)
     if names is None:
-        names = dtype_text[key] = dumps(record[DTYPES])
-    return f', "Input Dims": {record[SHAPES]}, "Input type": {names}'
+        names = dtype_text[key] = dumps(record.dtypes)
+    return f', "Input Dims": {record.shapes}, "Input type": {names}'
 
 
 def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab: TaskTable, count: int,
@@ -257,22 +250,22 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab:
         if source not in ts_of:
             continue  # a kernel whose launch was not recorded (-1)
         events.append(f'{head}{flow}, "ph": "s", "pid": {host_pid}, '
-                      f'"tid": {track.get(source, records[source][TID])}, "ts": {ts_of[source]!r}}}')
+                      f'"tid": {track.get(source, records[source].tid)}, "ts": {ts_of[source]!r}}}')
         events.append(f'{head}{flow}, "ph": "f", "bp": "e", "pid": {pid}, "tid": {sid}, "ts": {ts!r}}}')
 
 
-def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[list[Any]], cut: int | None,
+def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[OpRecord], cut: int | None,
                        events: list[str]) -> None:
     """Kineto's device ranges, on a track beside their stream's tasks."""
-    ranges = [r for r in records if r[KIND] == "gpu_user_annotation" and (cut is None or r[START] < cut)]
+    ranges = [r for r in records if r.kind == "gpu_user_annotation" and (cut is None or r.start < cut)]
     if not ranges:
         return
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     offset = ctx.axis.offset_ns
-    for stream in sorted({r[TID] for r in ranges}):
+    for stream in sorted({r.tid for r in ranges}):
         timeline.thread(pid, RANGE_TRACK + stream, f"Stream {stream} ranges", sort_index=stream)
-    events += [f'{{"name": {dumps(r[NAME])}, "pid": {pid}, "tid": {RANGE_TRACK + r[TID]}, '
-               f'"ts": {(r[START] + offset) / 1000!r}, "dur": {r[DUR] / 1000!r}, '
+    events += [f'{{"name": {dumps(r.name)}, "pid": {pid}, "tid": {RANGE_TRACK + r.tid}, '
+               f'"ts": {(r.start + offset) / 1000!r}, "dur": {r.dur / 1000!r}, '
                f'"args": {{"Event Type": "gpu_user_annotation"}}, "ph": "X"}}' for r in ranges]
 
 
