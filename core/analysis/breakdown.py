@@ -26,16 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from jobprof.plugin import results  # the span categories: the hook contract's names
 from jobprof.plugin.opview import clip, subtract, union
-from jobprof.plugin.results import (
-    COMMUNICATION,
-    COMMUNICATION_BLOCKING,
-    COMPUTE,
-    DATA_WAIT,
-    FORWARD_BACKWARD,
-    PROFILER,
-    REFRESH,
-)
 from jobprof.plugin.values import Iteration
 
 #: the parts, in painting order; their sum is the iteration time
@@ -73,24 +65,24 @@ def paint(it: Iteration, spans: Mapping[str, Spans]) -> tuple[dict[str, int | No
         return _total(mine)
 
     parts: dict[str, int | None] = dict.fromkeys(PARTS)
-    if PROFILER in spans:
-        parts["profiler"] = take(spans[PROFILER])
-    if DATA_WAIT in spans:
-        parts["data_wait"] = take(spans[DATA_WAIT])
-    if COMMUNICATION in spans and COMPUTE in spans:
-        exposed = subtract(clip(union(spans[COMMUNICATION]), start, end),
-                           clip(union(spans[COMPUTE]), start, end))
+    if results.PROFILER in spans:
+        parts["profiler"] = take(spans[results.PROFILER])
+    if results.DATA_WAIT in spans:
+        parts["data_wait"] = take(spans[results.DATA_WAIT])
+    if results.COMMUNICATION in spans and results.COMPUTE in spans:
+        exposed = subtract(clip(union(spans[results.COMMUNICATION]), start, end),
+                           clip(union(spans[results.COMPUTE]), start, end))
         parts["communication_not_overlapped"] = take(exposed)
         basis["communication_not_overlapped"] = "compute spans (task_trace)"
-    elif COMMUNICATION_BLOCKING in spans or COMMUNICATION in spans:
-        parts["communication_not_overlapped"] = take(spans.get(COMMUNICATION_BLOCKING, []))
+    elif results.COMMUNICATION_BLOCKING in spans or results.COMMUNICATION in spans:
+        parts["communication_not_overlapped"] = take(spans.get(results.COMMUNICATION_BLOCKING, []))
         basis["communication_not_overlapped"] = "blocking collectives only (no task_trace)"
-    fp = spans.get(FORWARD_BACKWARD)
+    fp = spans.get(results.FORWARD_BACKWARD)
     if fp is None and it.fp_start_ns is not None and it.bp_end_ns is not None:
         fp = [(it.fp_start_ns, it.bp_end_ns)]
     if fp is not None:
         parts["forward_backward"] = take(fp)
-    refresh = spans.get(REFRESH)
+    refresh = spans.get(results.REFRESH)
     if refresh is None and it.bp_end_ns is not None:
         refresh = [(it.bp_end_ns, end)]
     if refresh is not None:

@@ -41,6 +41,7 @@ from jobprof.analysis.selection import Selection, runs
 from jobprof.analysis.stats import describe
 from jobprof.files import fsio, jsonread, rawstore
 from jobprof.files.profdir import info_rank
+from jobprof.plugin import results
 from jobprof.plugin.manager import DISABLE_ENV, PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.values import Iteration
@@ -122,7 +123,7 @@ def iteration_parts(manager: PluginManager, streams: Mapping[str, list[Any]]) ->
     answers = manager.iteration_spans(it, streams)
     spans = breakdown.collect(a for _, a in answers)
     if rawstore.PROFILER_STREAM in streams:  # the core's own, no plugin's
-        spans[breakdown.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
+        spans[results.PROFILER] = [tuple(s) for s in streams[rawstore.PROFILER_STREAM]]
     parts, basis = breakdown.paint(it, spans)
     return tuple(parts[p] for p in breakdown.PARTS), _BASES.setdefault(tuple(sorted(basis.items())), basis)
 
