@@ -29,9 +29,11 @@ def test_cpu_figures_are_positive_and_plausible(cpu_result):
     assert cpu_result["device"] == "cpu"
     # only float32 on CPU; matmul beating add is likely but not guaranteed, so not asserted
     assert set(cpu_result["matmul_flops_per_s"]) == {"float32"}
-    assert cpu_result["matmul_flops_per_s"]["float32"] > 1e8
-    assert cpu_result["vector_flops_per_s"]["float32"] > 1e8
-    assert cpu_result["memory_bytes_per_s"] > 1e8
+    # plausible, not fast: under CI's full load a 2-core VM measured 8.8e7 vector FLOP/s once
+    # (idle: ~1e9); a unit error (per ms, per µs) would be off by 1e3 or more
+    assert cpu_result["matmul_flops_per_s"]["float32"] > 1e7
+    assert cpu_result["vector_flops_per_s"]["float32"] > 1e7
+    assert cpu_result["memory_bytes_per_s"] > 1e7
     assert cpu_result["matmul_n"]["float32"] >= 256
     assert cpu_result["memory_buffer_bytes"] >= 64 << 20
     assert "read + write" in cpu_result["memory_bytes_counted"]
