@@ -1,7 +1,9 @@
 """jobprof benchmark harness: unprofiled vs profiled, interleaved in the same run.
 
-    python bench/run.py [--quick] [--only startup|steps|tier|hotpath|dp|mstx|ddp|hccl-cost|optier|
-                                          optier-memory|optier-vs-torch|export|analysis] [--json out.json]
+    python bench/run.py [--quick] [--only NAME[,NAME...]] [--json out.json]
+
+NAME: startup steps tier hotpath dp mstx ddp hccl-cost optier optier-memory optier-vs-torch
+fusion-op export bigop analysis (optier-memory and fusion-op: full runs, or by name)
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -65,13 +67,24 @@ def measured() -> Iterator[dict[str, Any]]:
     result["foreign_cpu_share"] = foreign_share(before, cpu_snapshot())
 
 
+NAMES = ("startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp", "hccl-cost", "optier", "optier-memory",
+         "optier-vs-torch", "fusion-op", "export", "analysis", "bigop")
+
+
+def _names(text: str) -> frozenset[str]:
+    names = frozenset(n.strip() for n in text.split(",") if n.strip())
+    unknown = sorted(names - set(NAMES))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown benchmark(s): {', '.join(unknown) or '(none)'}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats (CI)")
-    parser.add_argument("--only", choices=["startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp",
-                                           "hccl-cost", "optier", "optier-memory", "optier-vs-torch",
-                                           "fusion-op", "export", "analysis", "bigop"],
-                        help="run one benchmark (optier-memory: full runs only, or by name)")
+    parser.add_argument("--only", type=_names, metavar="NAME[,NAME...]",
+                        help=f"run these benchmarks ({', '.join(NAMES)}; optier-memory and fusion-op: "
+                        "full runs only, or by name)")
     parser.add_argument("--json", metavar="FILE", help="write the raw numbers as JSON here")
     parser.add_argument("--startup-repeats", type=int,
                         help="starts per case (default 40, quick 20, at least 20)")
@@ -116,14 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     table: list[dict[str, Any]] = []
     notes: list[str] = []
     try:
-        if args.only in (None, "startup"):
+        if args.only is None or "startup" in args.only:
             n = args.startup_repeats or (20 if args.quick else 40)
             with measured() as result:
                 result.update(startup.run(max(n, 20)))  # fewer than 20: no median worth having
             report["startup"] = result
             table += startup.rows(result)
             notes += [f"startup: verified: {c}" for c in result["checks"]]
-        if args.only in (None, "steps"):
+        if args.only is None or "steps" in args.only:
             n = max(args.step_repeats or (3 if args.quick else 7), 2)  # a spread needs two
             with measured() as result:
                 result.update(steps.run(n, steps=args.steps, workers=args.workers,
@@ -135,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"csv {result['step_trace_csv_per_run']}, "
                          f"json {result['step_trace_json_per_run']}")
             notes += [f"steps: profiled stderr: {s}" for s in result["profiled_stderr"]]
-        if args.only in (None, "tier"):  # the step tier a user leaves on for a whole run
+        if args.only is None or "tier" in args.only:  # the step tier a user leaves on for a whole run
             n = max(args.step_repeats or (3 if args.quick else 7), 2)
             with measured() as result:
                 result.update(steps.run(n, steps=args.steps, workers=args.workers,
@@ -143,17 +156,17 @@ def main(argv: list[str] | None = None) -> int:
             report["tier"] = result
             table += steps.rows(result)
             notes += [f"tier: profiled stderr: {s}" for s in result["profiled_stderr"]]
-        if args.only in (None, "dp"):
+        if args.only is None or "dp" in args.only:
             with measured() as result:
                 result.update(dp.run(3 if args.quick else 7))
             report["dp"] = result
             table += dp.rows(result)
-        if args.only in (None, "mstx"):
+        if args.only is None or "mstx" in args.only:
             with measured() as result:
                 result.update(mstx.run(calls=5_000 if args.quick else 20_000, rounds=2 if args.quick else 3))
             report["mstx"] = result
             table += mstx.rows(result)
-        if args.only in (None, "ddp"):
+        if args.only is None or "ddp" in args.only:
             n = max(args.ddp_repeats or (3 if args.quick else 7), 2)
             with measured() as result:
                 result.update(ddp.run_steps(n, steps=args.ddp_steps or (80 if args.quick else ddp.STEPS),
@@ -161,14 +174,14 @@ def main(argv: list[str] | None = None) -> int:
             report["ddp"] = result
             table += ddp.rows_steps(result)
             notes += ddp.notes({"steps": result})
-        if args.only in (None, "hccl-cost"):
+        if args.only is None or "hccl-cost" in args.only:
             with measured() as result:
                 result.update(ddp.run_cost(args.hccl_calls or (5_000 if args.quick else ddp.COST_CALLS),
                                            max(args.hccl_rounds or (3 if args.quick else 7), 2)))
             report["hccl-cost"] = result
             table += ddp.rows_cost(result)
             notes += ddp.notes({"cost": result})
-        if args.only in (None, "hotpath"):
+        if args.only is None or "hotpath" in args.only:
             with measured() as result:
                 result.update(hotpath.run(args.steps, workers=args.workers))
             report["hotpath"] = result
@@ -177,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(hotpath.run(args.steps, workers=args.workers, options=steps.TIER_OPTIONS))
             report["hotpath_tier"] = result
             table += hotpath.rows(result)
-        if args.only in (None, "optier"):
+        if args.only is None or "optier" in args.only:
             n = max(args.optier_repeats or (2 if args.quick else 7), 2)
             with measured() as result:
                 result.update(optier.run(n, steps=args.optier_steps or (50 if args.quick else optier.STEPS),
@@ -185,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             report["optier"] = result
             table += optier.rows(result)
             notes += optier.notes(result)
-        if args.only in (None, "optier-vs-torch"):
+        if args.only is None or "optier-vs-torch" in args.only:
             with measured() as result:
                 quick = args.quick
                 result.update(optier_vs_torch.run(args.ovt_rounds or (1 if quick else 3),
@@ -195,30 +208,30 @@ def main(argv: list[str] | None = None) -> int:
             table += optier_vs_torch.rows(result)
             notes += optier_vs_torch.notes(result)
         # 4 arms each compiling cold (2.5 minutes even quick): full runs only, or by name
-        if args.only == "fusion-op" or (args.only is None and not args.quick):
+        if (args.only is None and not args.quick) or "fusion-op" in (args.only or ()):
             with measured() as result:
                 result.update(fusion_op.run(args.fusion_rounds or (1 if args.quick else 3),
                                             args.fusion_steps or (30 if args.quick else 60)))
             report["fusion-op"] = result
             table += fusion_op.rows(result)
-        if args.only == "optier-memory" or (args.only is None and not args.quick):  # heavy: minutes
+        if (args.only is None and not args.quick) or "optier-memory" in (args.only or ()):  # heavy: minutes
             with measured() as result:
                 result.update(optier.run_memory())
             report["optier-memory"] = result
             table += optier.memory_rows(result)
-        if args.only in (None, "export"):
+        if args.only is None or "export" in args.only:
             with measured() as result:
                 result.update(export_rate.run(args.export_iterations or (20 if args.quick else 100),
                                               passes=2 if args.quick else 3, with_metrics=not args.quick))
             report["export"] = result
             table += export_rate.rows(result)
             notes += export_rate.notes(result)
-        if args.only in (None, "bigop"):
+        if args.only is None or "bigop" in args.only:
             with measured() as result:
                 result.update(bigop.run(args.bigop_rounds or (1 if args.quick else 3), args.bigop_operators))
             report["bigop"] = result
             table += bigop.rows(result)
-        if args.only in (None, "analysis"):
+        if args.only is None or "analysis" in args.only:
             with measured() as result:
                 its, ranks = ((analysis.QUICK_ITERATIONS, analysis.QUICK_RANKS) if args.quick
                               else (analysis.ITERATIONS, analysis.RANKS))
