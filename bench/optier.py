@@ -92,7 +92,7 @@ def jobprof_proof(output: Path, shapes: bool) -> dict[str, Any]:
             ops = streams.get(opcapture.STREAM) or []
             with_ops += bool(ops)
             records += len(ops)
-            shaped += sum(1 for r in ops if r[opcapture.SHAPES] is not None)
+            shaped += sum(1 for r in ops if r.shapes is not None)
     info: dict[str, Any] = {}
     for path in output.glob("PROF_*/device_*/info.json.*"):
         if path.suffix[1:].isdigit():  # not the .done marker

@@ -131,9 +131,9 @@ def jobprof_means(out: Path) -> dict[str, float]:
                 if index < WARMUP:
                     continue
                 for r in streams.get(opcapture.STREAM) or ():
-                    if r[opcapture.KIND] == "cpu_op":
-                        total[r[opcapture.NAME]] += r[opcapture.DUR] / 1e3
-                        count[r[opcapture.NAME]] += 1
+                    if r.kind == "cpu_op":
+                        total[r.name] += r.dur / 1e3
+                        count[r.name] += 1
     return {n: total[n] / count[n] for n in total}
 
 

@@ -41,8 +41,8 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},
 }
 #: the sets every row of the matrix runs.  The torch version legs (.ci/legs) narrow them with
-#: COMPAT_SETS=step,l1: what differs between torch releases is the capture (the step tier's hooks,
-#: the operator tier's Kineto session), which l1 exercises as l0 does plus shapes; aic only adds
+#: COMPAT_SETS=l1: what differs between torch releases is the capture, and l1 runs the step tier's
+#: hooks and the operator tier's Kineto session (with shapes); l0 drops the shapes, aic only adds
 #: export-time columns.  The main suite runs all four.
 DEFAULT_SETS = tuple(os.environ.get("COMPAT_SETS", "step,l0,l1,aic").split(","))
 assert set(DEFAULT_SETS) <= set(OPTION_SETS), f"COMPAT_SETS names an unknown set: {DEFAULT_SETS}"
