@@ -334,11 +334,8 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
         records, bad = kinetotrace.from_arrays(refs)
         streams[OPS_STREAM] = records
         if bad:
-            text = f"{bad} ops record(s) not shaped as the operator capture writes them: left out"
-            if problems is not None:
-                problems.add(where, text)
-            else:
-                problem(f"{windows.data_dir}: {where}: {text}")
+            _ops_problem(f"{bad} ops record(s) not shaped as the operator capture writes them: left out",
+                         windows, where, problems)
         return
     iteration = streams[ITERATION_STREAM][0]
     try:
@@ -348,10 +345,15 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
         detail = f"{Path(exc.filename).name}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename \
             else str(exc)[:80]
         text = f"operator window unreadable ({type(exc).__name__}: {detail}): its operators are left out"
-        if problems is not None:
-            problems.add(where, text)
-        else:
-            problem(f"{windows.data_dir}: {where}: {text}")
+        _ops_problem(text, windows, where, problems)
+
+
+def _ops_problem(text: str, windows: kinetotrace.Windows, where: str, problems: _FileProblems | None) -> None:
+    """One ``ops`` problem: into the file's tally when reading a segment, else reported alone."""
+    if problems is not None:
+        problems.add(where, text)
+    else:
+        problem(f"{windows.data_dir}: {where}: {text}")
 
 
 def read(device_dir: Path, skip_ops: Container[int] = ()) -> Iterator[tuple[int, dict[str, list[Any]]]]:

@@ -373,22 +373,19 @@ class PluginManager(pluggy.PluginManager):
                  **kwargs: Any) -> list[tuple[str, Any]]:
         """One hook through pluggy, as ``(plugin, checked value)`` pairs in calling order; the
         plugins named in ``skip`` are not called."""
-        left_out = self._excluded(only_active) + [p for n in skip if (p := self.get_plugin(n)) is not None]
-        caller = self.subset_hook_caller(hook_name, left_out) if left_out else getattr(self.hook, hook_name)
-        answers = caller(**kwargs)
+        answers = self._caller(hook_name, only_active, skip)(**kwargs)
         if answers is None:
             return []
         if isinstance(answers, Answer):  # a firstresult hook
             answers = [answers]
         return [(a.plugin, a.value) for a in answers if self.has_plugin(a.plugin)]
 
-    def _excluded(self, only_active: bool) -> list[Any]:
-        return [p for n in self._inactive if (p := self.get_plugin(n)) is not None] if only_active else []
-
-    def _caller(self, hook_name: str, only_active: bool) -> pluggy.HookCaller:
+    def _caller(self, hook_name: str, only_active: bool, skip: Iterable[str] = ()) -> pluggy.HookCaller:
+        """The hook without the inactive plugins (``only_active``) and those named in ``skip``."""
+        names = [*(self._inactive if only_active else ()), *skip]
+        left_out = [p for n in names if (p := self.get_plugin(n)) is not None]
         caller: pluggy.HookCaller = getattr(self.hook, hook_name)
-        inactive = self._excluded(only_active)
-        return self.subset_hook_caller(hook_name, inactive) if inactive else caller
+        return self.subset_hook_caller(hook_name, left_out) if left_out else caller
 
     # -- one typed method per hook (tox 4 style), in lifecycle order --------------------------
     def options_schemas(self) -> list[tuple[str, Mapping[str, Any]]]:

@@ -302,7 +302,7 @@ class Sink:
                 return
             if self._parts_of is not None and streams.get(rawstore.OPS_STREAM):
                 try:
-                    found = self._parts_of(streams)  # before the writers: they may change records
+                    found = self._parts_of(streams)  # the writers read the same records (tuples)
                     if found is not None:
                         self.parts[index] = found
                 except Exception:
