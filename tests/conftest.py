@@ -48,6 +48,16 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def wait_rendered(output: Path, timeout: float = 120) -> None:
+    """Wait for the background exporters of every profile under ``output`` (a job hands what
+    it did not render in its last second to one: option ``export``), as a user reading the
+    files would (``jobprof export --wait``)."""
+    from jobprof.files import handover
+
+    for device_dir in output.glob("PROF_*/device_*"):
+        assert handover.wait(device_dir, timeout), f"{device_dir}: the background exporter is still rendering"
+
+
 class Runner:
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path
@@ -74,6 +84,7 @@ class Runner:
         extra.update(env or {})
         proc = subprocess.run([sys.executable, str(script), *(args or [])], cwd=self.tmp,
                               env=clean_env(**extra), capture_output=True, text=True, timeout=timeout)
+        wait_rendered(self.out)
         if check and proc.returncode != 0:
             raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
         return proc

@@ -17,6 +17,7 @@ from jobprof.analysis import scale
 from jobprof.analysis.breakdown import LABELS, PARTS
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import OPEN, Run, merged, ranges, run_texts
+from jobprof.files import handover
 from jobprof.plugin.results import Finding, Section
 from jobprof.plugin.values import PartSource
 
@@ -330,8 +331,16 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     # from the disk, not from info.json's list: `jobprof export` may have rendered them since
     unrendered = set(indices) - rendered
     if unrendered:
-        notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(unrendered))} have raw data but "
-                     f"were not rendered (no timeline file): run `jobprof export {profile.path}`")
+        handed = handover.read(profile.folder(r["device"]))
+        if handed is not None and handover.alive(handed.pid):
+            notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(unrendered))} are not rendered "
+                         f"yet: the job's background exporter (pid {handed.pid}) is rendering them "
+                         f"(`jobprof export --wait {profile.path}` waits for it)")
+        else:
+            died = (f"; the job's background exporter (pid {handed.pid}) stopped before it finished"
+                    if handed is not None else "")
+            notes.append(f"rank {r['rank']}: iteration(s) {', '.join(ranges(unrendered))} have raw data but "
+                         f"were not rendered (no timeline file{died}): run `jobprof export {profile.path}`")
     return notes
 
 

@@ -12,7 +12,8 @@ from jobprof.analysis.profile import find_prof_dir
 from jobprof.analysis.selection import ranges
 from jobprof.cli._common import add_prof_dir, new_manager, printable
 from jobprof.cli.progress import bar
-from jobprof.files import export, fsio, profdir, rawstore
+from jobprof.files import export, fsio, handover, profdir, rawstore
+from jobprof.plugin.timeline import NAME as MASTER
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,6 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="old: per-iteration files under device_<id>/ (CANN 6/7); cann8: also "
                         f"{cann8.FOLDER}/<name>_<timestamp>.csv|json with every device and iteration "
                         "(CANN 8+, what msprof-analyze and MindStudio Insight read)")
+    p.add_argument("--wait", action="store_true",
+                   help="wait for the job's background exporters, then render only the iterations "
+                        "still without files (a stopped exporter's, or export \"off\")")
     p.set_defaults(func=run)
 
 
@@ -37,9 +41,18 @@ def run(args: argparse.Namespace) -> int:
     unusable = exported = 0
     #: device folders that hold nothing jobprof wrote (no metadata, no raw data): one line for all
     empty: list[int] = []
+    rendered_any = False
     for device_dir in devices:
-        with bar(total=_stored_iterations(device_dir), desc=device_dir.name, unit="iteration") as shown:
-            result = export.export_device(device_dir, manager, lambda _done: shown.update(1))
+        _wait_for_exporter(device_dir)
+        only = _missing(device_dir) if args.wait else None
+        if only is not None and not only:
+            continue  # everything is rendered
+        rendered_any = True
+        total = len(only) if only is not None else _stored_iterations(device_dir)
+        with bar(total=total, desc=device_dir.name, unit="iteration") as shown:
+            result = export.export_device(device_dir, manager, lambda _done: shown.update(1), only=only)
+        if not result.problems:
+            handover.done(device_dir)  # a stopped exporter's hand-over: its work is done now
         if not result.iterations and _holds_nothing(device_dir):
             empty.append(int(device_dir.name.split("_")[1]))
             unusable += 1
@@ -66,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
         status = 1
     # every rank reduced once, here, so that summary and report read no raw data again
     # (quiet when it works: a device whose facts file cannot be written is named as a problem)
-    with rawstore.reporting(lambda text: print(f"  problem: {text}", file=sys.stderr)):
-        facts.write(prof, manager)
+    if args.wait and not rendered_any:
+        print(f"{prof}: every iteration with raw data is rendered")
+    elif not args.wait or rendered_any:
+        with rawstore.reporting(lambda text: print(f"  problem: {text}", file=sys.stderr)):
+            facts.write(prof, manager)
     if args.layout == "cann8":
         try:
             with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:
@@ -79,6 +95,25 @@ def run(args: argparse.Namespace) -> int:
         for note in assembled.problems:
             print(printable(f"  note: {note}"), file=sys.stderr)
     return status
+
+
+def _wait_for_exporter(device_dir: Path) -> None:
+    """A job's background exporter still at work on this folder: waited for (two writers of
+    one file would race), saying so."""
+    handed = handover.running(device_dir)
+    if handed is not None:
+        print(printable(f"{device_dir}: waiting for the job's background exporter (pid {handed.pid}, "
+                        f"{handed.count} iteration(s) handed over)"), file=sys.stderr, flush=True)
+        handover.wait(device_dir)
+
+
+def _missing(device_dir: Path) -> set[int]:
+    """Iterations with raw data and no master timeline (the last file rendered for one)."""
+    try:
+        stored = rawstore.indices(device_dir)
+    except OSError:
+        return set()
+    return stored - {f.iteration for f in profdir.iteration_files(device_dir, "timeline", MASTER)}
 
 
 def _holds_nothing(device_dir: Path) -> bool:

@@ -7,7 +7,7 @@ exporting twice gives the same files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -147,33 +147,55 @@ class ExportResult:
     problems: tuple[str, ...] = ()
     #: what the writers noted (a cap applied): sentence -> iterations, in the order first noted
     notes: Mapping[str, tuple[int, ...]] = attrs.field(factory=dict)
+    #: the iterations rendered, in order
+    rendered: tuple[int, ...] = ()
+    #: bytes written (what the rendered files hold)
+    written_bytes: int = 0
+    #: the iterations left unrendered because ``room`` ran out
+    no_room: tuple[int, ...] = ()
 
 
 def export_device(device_dir: Path, manager: PluginManager,
-                  progress: Callable[[int], None] | None = None) -> ExportResult:
-    """Re-render every iteration whose raw data is present in one device folder."""
+                  progress: Callable[[int], None] | None = None, *,
+                  only: Container[int] | None = None, room: int | None = None,
+                  on_streams: Callable[[int, Mapping[str, list[Any]]], None] | None = None) -> ExportResult:
+    """Re-render every iteration whose raw data is present in one device folder (with
+    ``only``: those it holds).  ``room``: bytes the rendered files may take; once they took it,
+    the rest is left unrendered (:attr:`ExportResult.no_room`).  ``on_streams(index, streams)``
+    sees each iteration's records as it is rendered (the background exporter keeps its summary
+    parts for the facts file)."""
     try:
         meta = read_meta(device_dir)
     except (OSError, ValueError, KeyError, AttributeError) as exc:
         return ExportResult(device_dir, 0, 0, (f"{device_dir}: unreadable metadata ({exc})",))
     problems: list[str] = []
     notes: dict[str, list[int]] = {}
-    files = iterations = 0
+    rendered: list[int] = []
+    no_room: list[int] = []
+    files = written = 0
     try:  # a folder that is a symbolic link (fsio.UnsafePath) or unwritable stops this device only
         for sub in ("timeline", "summary"):
             make_dirs(device_dir / sub, root=device_dir.parent)
         meta = with_metrics(meta, manager)
         writers = writers_for(manager, meta.config)
-        for _, streams in rawstore.read(device_dir):
-            iterations += 1
-            files += len(render_iteration(device_dir, meta, streams, writers,
-                                          lambda p, m: problems.append(f"plugin '{p}': {m}"),
-                                          lambda i, note: notes.setdefault(note, []).append(i)))
+        for index, streams in rawstore.read(device_dir, only=only):
+            if room is not None and written >= room:
+                no_room.append(index)
+                continue
+            if on_streams is not None:
+                on_streams(index, streams)
+            made = render_iteration(device_dir, meta, streams, writers,
+                                    lambda p, m: problems.append(f"plugin '{p}': {m}"),
+                                    lambda i, note: notes.setdefault(note, []).append(i))
+            files += len(made)
+            written += sum(size for _, size in made)
+            rendered.append(index)
             if progress:
-                progress(iterations)
+                progress(len(rendered))
     except OSError as exc:
         problems.append(f"export of {device_dir.name} stopped: {exc.strerror or exc}")
-    return ExportResult(device_dir, iterations, files, tuple(problems),
-                        {note: tuple(its) for note, its in notes.items()})
+    return ExportResult(device_dir, len(rendered), files, tuple(problems),
+                        {note: tuple(its) for note, its in notes.items()}, tuple(rendered), written,
+                        tuple(no_room))
 
 

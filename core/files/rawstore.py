@@ -356,9 +356,11 @@ def _ops_problem(text: str, windows: kinetotrace.Windows, where: str, problems: 
         problem(f"{windows.data_dir}: {where}: {text}")
 
 
-def read(device_dir: Path, skip_ops: Container[int] = ()) -> Iterator[tuple[int, dict[str, list[Any]]]]:
+def read(device_dir: Path, skip_ops: Container[int] = (),
+         only: Container[int] | None = None) -> Iterator[tuple[int, dict[str, list[Any]]]]:
     """Every complete iteration on disk, in order: ``(index, {stream: records})``; those in
-    ``skip_ops`` without their ``ops`` stream (its operator windows are not read).
+    ``skip_ops`` without their ``ops`` stream (its operator windows are not read); with
+    ``only``, just the iterations it holds (the others' operator windows are not read either).
 
     Streams one segment at a time, so memory stays bounded by a segment.  A line that is not a
     valid iteration line is left out (a last line cut without its newline silently: that is
@@ -387,6 +389,8 @@ def read(device_dir: Path, skip_ops: Container[int] = ()) -> Iterator[tuple[int,
                     continue
                 if not seen.add(parsed[0]):  # a copied line: counted once, the first kept
                     twice.add(f"line {number}", f"iteration {parsed[0]} again")
+                    continue
+                if only is not None and parsed[0] not in only:
                     continue
                 if note:
                     trimmed.add(f"line {number}", note)

@@ -50,12 +50,16 @@ def compose_with(manager: PluginManager) -> options.Composed:
             manager.fail(culprit, exc.message.split(": ", 1)[1])
 
 
+#: the core's keys that choose how, not what, to collect
+NOT_COLLECTED = frozenset({"output", "storage_limit", "export"})
+
+
 def uncollected(outcome: options.Outcome, composed: options.Composed) -> list[str]:
     """Keys the user switched on explicitly that no active plugin collects."""
     config, out = outcome.config, set()
     assert config is not None  # both callers pass a valid outcome (they check config first)
     for key in config.explicit:
         key = "task_trace" if key == "task_time" else key  # the alias collects as task_trace
-        if key not in ("output", "storage_limit") and key not in composed.owners and config.is_on(key):
+        if key not in NOT_COLLECTED and key not in composed.owners and config.is_on(key):
             out.add(key)
     return sorted(out)

@@ -36,6 +36,7 @@ from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.values import Config, Iteration
 from jobprof.runtime.sink import SIGTERM_RENDER_S, Sink
 from jobprof.runtime.steps import StepDetector
+from jobprof.runtime.storage import RESERVE as STORAGE_RESERVE
 from jobprof.runtime.storage import StorageBudget
 from jobprof.runtime.torch_import import when_imported
 
@@ -303,12 +304,16 @@ class Session:
             self._deliver(signum, None)
 
     def _finish(self, reason: str) -> None:
+        mode = self.config.get("export") or EXPORT_DEFAULT
         if reason == "SIGTERM" or reason in _HURRIED_EXITS or reason.startswith("os._exit("):
             # the process is going away now: raw data and end_info, rendering for a second
             self._hurried_by = self._hurried_by or reason.split("(")[0]
             self._hurried = True
             if self.sink is not None:
                 self.sink.hurry(SIGTERM_RENDER_S)
+        elif self.sink is not None and mode != "inline":
+            # the job ends when it ends: what a second does not render, the exporter does
+            self.sink.hurry(EXIT_RENDER_S if mode == "background" else 0)
         self.state = "finished"
         if self.detector is not None:
             self.detector.uninstall()
@@ -328,7 +333,13 @@ class Session:
             sink = self.sink
             for note, iterations in sink.notes.items():  # one line per kind, not per iteration
                 self.reporter.warning(f"{note}: iteration(s) {', '.join(ranges(iterations))}")
-            if sink.unrendered and not sink.failed:  # said first: end_info keeps the message
+            handed = None
+            if sink.unrendered and not sink.failed and mode == "background":
+                handed = self._hand_over(sink)
+            elif sink.unrendered and not sink.failed and mode == "off":
+                self.reporter.info(f"{sink.unrendered_count} iteration(s) saved as raw data, not rendered "
+                                   f"(export \"off\"): `jobprof export {self.job_dir}` renders them")
+            elif sink.unrendered and not sink.failed:  # said first: end_info keeps the message
                 why = [f"{sink.deferred} beyond the in-process backlog"] if sink.deferred else []
                 if sink.unrendered_count > sink.deferred:
                     why.append(f"{sink.unrendered_count - sink.deferred} left when "
@@ -346,8 +357,32 @@ class Session:
                     self.reporter.error(f"cannot write end_info in {self.device_dir}: "
                                         f"{exc.strerror or exc}")
             if not sink.failed and not self._hurried and self._signal_during_finish is None \
-                    and self.device_id is not None:
-                self._write_facts(self.device_id)
+                    and self.device_id is not None and not sink.unrendered:
+                self._write_facts(self.device_id)  # else the exporter (or `jobprof export`) does
+            if handed is not None:
+                try:  # after end_info and info.json: the exporter updates them
+                    self._start_exporter(handed)
+                except OSError as exc:
+                    self.reporter.warning(
+                        f"could not start the background exporter ({exc.strerror or exc}): "
+                        f"{sink.unrendered_count} iteration(s) not rendered (raw data kept): run "
+                        f"`jobprof export {self.job_dir}`")
+
+    def _hand_over(self, sink: Sink) -> list[list[int]]:
+        """What the background exporter renders (said once, now: end_info keeps the line)."""
+        self.reporter.info(
+            f"{sink.unrendered_count} iteration(s) left to render ({', '.join(run_texts(sink.unrendered))}): "
+            f"a background exporter renders them after the job (lowest priority; "
+            f"`jobprof export --wait {self.job_dir}` waits for it)")
+        return [list(r) for r in sink.unrendered]
+
+    def _start_exporter(self, iterations: list[list[int]]) -> None:
+        from jobprof.runtime import background
+
+        assert self.sink is not None and self.device_dir is not None  # a sink had iterations
+        budget = self.sink.budget
+        room = max(0, budget.limit_bytes - STORAGE_RESERVE - budget.total_bytes)
+        background.start(self.device_dir, iterations, room)
 
     def _write_facts(self, device: int) -> None:
         """Reduce this rank once, now, into its facts file: ``summary`` and ``report`` then read
@@ -399,7 +434,8 @@ class Session:
                                               on_ageing=self.reporter.warning)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
-                             self.manager.is_active, self._core_stream_failed, self._parts_of)
+                             self.manager.is_active, self._core_stream_failed, self._parts_of,
+                             render=self.config.get("export") != "off")
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False
@@ -565,6 +601,10 @@ OWNER_STOP_S = 1.0
 
 #: exits after which the process is gone at once (besides ``os._exit(N)`` and SIGTERM)
 _HURRIED_EXITS = frozenset({"exec"})
+#: option ``export``: "background" renders at most EXIT_RENDER_S at exit, then hands the
+#: rest to a detached exporter; "inline" renders everything before the job exits; "off" none
+EXPORT_DEFAULT = "background"
+EXIT_RENDER_S = 1.0
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
 

@@ -81,8 +81,11 @@ class Sink:
                  stream_owner: Callable[[str], str | None] = lambda stream: None,
                  plugin_alive: Callable[[str], bool] = lambda plugin: True,
                  on_core_error: Callable[[str, int, str], None] | None = None,
-                 parts_of: Callable[[Mapping[str, list[Any]]], Any] | None = None) -> None:
+                 parts_of: Callable[[Mapping[str, list[Any]]], Any] | None = None,
+                 render: bool = True) -> None:
         self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
+        #: False (option export "off"): raw data only, every iteration left to `jobprof export`
+        self.render = render
         #: asked of each rendered iteration with operators: its summary parts, kept in
         #: :attr:`parts` (the facts written at exit then read no operator window again)
         self._parts_of = parts_of
@@ -281,7 +284,7 @@ class Sink:
             self._fail(f"internal error while writing iterations: {exc!r}", [i for i, _, _ in batch])
 
     def _export_pending(self, throttle: bool) -> None:
-        while self._todo and not self.failed:
+        while self._todo and not self.failed and self.render:
             if throttle and (self._stop.is_set() or time.monotonic() < self._export_after):
                 return
             if self.deadline is not None and time.monotonic() >= self.deadline:

@@ -109,6 +109,14 @@ class Run:
                 f"stderr:\n{self.stderr[-6000:]}")
 
 
+def wait_rendered(output: Path, timeout: float = 300) -> None:
+    """Wait for the job's background exporters (what its last second did not render)."""
+    from jobprof.files import handover
+
+    for device_dir in output.glob("PROF_*/device_*"):
+        assert handover.wait(device_dir, timeout), f"{device_dir}: the background exporter is still rendering"
+
+
 def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] | None = None,
         args: Iterable[str] = (), env: Mapping[str, str] | None = None, timeout: float = 600,
         launcher: list[str] | None = None) -> Run:
@@ -125,6 +133,8 @@ def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] |
     cmd = [*(launcher or [sys.executable]), str(path), *args]
     proc = subprocess.run(cmd, cwd=work, env=clean_env(**extra), capture_output=True, text=True,
                           timeout=timeout)
+    if output is not None:
+        wait_rendered(output)
     return Run(label, proc.returncode, proc.stdout, proc.stderr, output)
 
 
