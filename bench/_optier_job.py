@@ -191,6 +191,8 @@ def main() -> None:
           f"blocks {sys.getallocatedblocks()} gc_objects {len(gc.get_objects())}", flush=True)
     if args.timings:
         Path(args.timings + (f".rank{rank}" if world > 1 else "")).write_text(json.dumps(times))
+        # the job's own end (epoch s): the bench times the process's exit from here
+        Path(args.timings + (f".rank{rank}" if world > 1 else "") + ".end").write_text(repr(time.time()))
     if world > 1:
         import torch.distributed as dist
 

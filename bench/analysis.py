@@ -93,7 +93,7 @@ def generate(cache: Path, iterations: int, ranks: int) -> dict[str, Any]:
     folder.mkdir(parents=True)
     out = folder / "prof"
     env = clean_env({"PROFILING_MODE": "true",
-                     "PROFILING_OPTIONS": json.dumps({"output": str(out), **OPTIONS})})
+                     "PROFILING_OPTIONS": json.dumps({"output": str(out), "export": "inline", **OPTIONS})})
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc_per_node={ranks}",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", str(JOB),
            "--steps", str(iterations), "--batch", str(BATCH)]

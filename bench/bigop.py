@@ -60,7 +60,7 @@ def _once(arm: str, n: int, work: Path) -> dict[str, float]:
     trace = str(work / "torch_trace.json") if arm == "torch" else ""
     if arm == "jobprof":
         env.update(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps(
-            {"output": str(out), "training_trace": "on", "task_trace": "on"}))
+            {"output": str(out), "export": "inline", "training_trace": "on", "task_trace": "on"}))
     began = time.perf_counter()
     child = subprocess.Popen([sys.executable, str(script), str(n), trace], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -42,7 +42,8 @@ def _real_rows() -> list[dict[str, Any]]:
 
     out = Path(tempfile.mkdtemp(prefix="jobprof-cross-rank-"))
     env = clean_env({"PROFILING_MODE": "true",
-                     "PROFILING_OPTIONS": json.dumps({"output": str(out), "training_trace": "on"})})
+                     "PROFILING_OPTIONS": json.dumps({"output": str(out), "export": "inline",
+                                                      "training_trace": "on"})})
     subprocess.run([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--steps", "20",
                     "--workers", "0"], env=env, check=True, capture_output=True, timeout=300)
     (facts,) = out.glob("PROF_*/device_0/data/facts.0.json")

@@ -195,7 +195,8 @@ def run_steps(rounds: int, steps: int = STEPS, options: dict[str, str] | None = 
         for i in range(rounds):
             output = work / f"prof{i}"
             env = clean_env({"PROFILING_MODE": "true",
-                             "PROFILING_OPTIONS": json.dumps({"output": str(output), **opts})})
+                             "PROFILING_OPTIONS": json.dumps({"output": str(output), "export": "inline",
+                                                              **opts})})
             arms = [("baseline", baseline_env), ("profiled", env)]
             if i % 2:
                 arms.reverse()

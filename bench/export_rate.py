@@ -130,7 +130,7 @@ def measure(device_dir: Path, cpu: int | None, passes: int) -> dict[str, Any]:
 def _profile(work: Path, tag: str, iterations: int, options: dict[str, str]) -> Path:
     out = work / tag
     env = clean_env({"PROFILING_MODE": "true",
-                     "PROFILING_OPTIONS": json.dumps({"output": str(out), **options})})
+                     "PROFILING_OPTIONS": json.dumps({"output": str(out), "export": "inline", **options})})
     timed_run([sys.executable, str(JOB), "--steps", str(iterations)], env, cwd=str(work))
     devices = sorted(out.glob("PROF_*/device_*"))
     if len(devices) != 1:

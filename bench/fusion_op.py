@@ -51,7 +51,7 @@ def run(rounds: int, steps: int) -> dict[str, Any]:
                 if arm != "base":
                     env["PROFILING_MODE"] = "true"
                     env["PROFILING_OPTIONS"] = json.dumps({"output": str(work / f"prof-{arm}{r}"),
-                                                           **OPTIONS[arm]})
+                                                           "export": "inline", **OPTIONS[arm]})
                 done = timed_run([sys.executable, str(JOB), "--steps", str(steps), "--timings", str(timings)],
                                  clean_env(env), cwd=str(work))
                 times = json.loads(timings.read_text())[WARMUP:]

@@ -55,7 +55,7 @@ def _env(arm: str, out: Path) -> tuple[dict[str, str], list[str]]:
         return clean_env(), []
     if arm == "torch":
         return clean_env({"KINETO_LOG_LEVEL": "6"}), ["--torch-profiler", str(out)]
-    options = json.dumps({"output": str(out), **OPTIONS[arm]})
+    options = json.dumps({"output": str(out), "export": "inline", **OPTIONS[arm]})
     return clean_env({"PROFILING_MODE": "true", "PROFILING_OPTIONS": options}), []
 
 

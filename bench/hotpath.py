@@ -108,7 +108,7 @@ def run(steps: int, workers: int = 2, options: dict[str, str] | None = None) -> 
         work = Path(tmp)
         child, times = work / "child.py", work / "steps.json"
         child.write_text(_CHILD)
-        profiling = json.dumps({"output": str(work / "prof"), **options})
+        profiling = json.dumps({"output": str(work / "prof"), "export": "inline", **options})
         env = clean_env({"PROFILING_MODE": "true", "PROFILING_OPTIONS": profiling})
         out = timed_run([sys.executable, str(child), profiling, str(EXAMPLE), "--steps", str(steps),
                          "--workers", str(workers), "--timings", str(times)], env, cwd=tmp)

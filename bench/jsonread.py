@@ -32,7 +32,7 @@ def _made() -> Path:
 
     out = Path(tempfile.mkdtemp(prefix="jobprof-jsonread-"))
     env = clean_env({"PROFILING_MODE": "true", "PROFILING_OPTIONS": json.dumps(
-        {"output": str(out), "training_trace": "on", "task_trace": "l1"})})
+        {"output": str(out), "export": "inline", "training_trace": "on", "task_trace": "l1"})})
     subprocess.run([sys.executable, str(ROOT / "examples" / "train_mlp.py"), "--steps", "20",
                     "--workers", "0"], env=env, check=True, capture_output=True, timeout=600)
     (prof,) = out.glob("PROF_*")

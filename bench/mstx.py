@@ -137,7 +137,7 @@ def _arm(on: bool, calls: int, repeats: int) -> dict[str, list[float]]:
         extra = {}
         if on:
             extra = {"PROFILING_MODE": "true",
-                     "PROFILING_OPTIONS": json.dumps({"output": tmp, **ON_OPTIONS})}
+                     "PROFILING_OPTIONS": json.dumps({"output": tmp, "export": "inline", **ON_OPTIONS})}
         proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
                                "--calls", str(calls), "--repeats", str(repeats)],
                               env=_child_env(extra), cwd=tmp, capture_output=True, text=True,

@@ -58,7 +58,8 @@ MIN_OPS_SHARE = 0.95
 
 def _jobprof_env(output: Path, options: dict[str, str]) -> dict[str, str]:
     return clean_env({"PROFILING_MODE": "true",
-                      "PROFILING_OPTIONS": json.dumps({"output": str(output), **options})})
+                      "PROFILING_OPTIONS": json.dumps({"output": str(output), "export": "inline",
+                                                       **options})})
 
 
 def arms(with_metrics: bool) -> list[str]:

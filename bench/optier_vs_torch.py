@@ -25,8 +25,11 @@ median over rounds):
 * truth: per operator type with a torch.profiler mean >= 10 us, jobprof's mean within 15%
   (from the l1 and torch runs of the same round; the table lists every such type), against the
   per-step trace and against the one-session trace (each its own row);
-* whole-process wall time (exit-time export included) of l1 <= torch's; raw data on disk of l1
-  <= 50% of torch's traces for the same iterations;
+* whole-process wall time (the job's exit included; the background exporter that renders after
+  it is not: its time is printed beside) of l1 <= torch's; raw data on disk of l1 <= 50% of
+  torch's traces for the same iterations;
+* exit: from the job's own end (its last line) to its process's end, l1 less the unprofiled
+  arm's (the interpreter's own teardown) <= 2 s;
 * export: op_summary rows rendered per CPU second by ``jobprof export`` of the l1 profile of the
   LM (every file rendered) >= 100,000.
 
@@ -61,8 +64,8 @@ OPTIONS = {
     "l1": {"training_trace": "on", "task_trace": "on"},
 }
 WARMUP = 10
-TARGETS = {"l1": 0.7, "l0": 0.3, "step": 1.02, "handover_ms": 2.0, "truth": 0.15, "truth_min_us": 10.0,
-           "disk": 0.5, "export_rows_per_cpu_s": 100_000}
+TARGETS = {"l1": 0.8, "l0": 0.3, "step": 1.01, "handover_ms": 2.0, "truth": 0.15, "truth_min_us": 10.0,
+           "disk": 0.5, "export_rows_per_cpu_s": 100_000, "exit_s": 2.0}
 _PORT = [29600]
 
 
@@ -90,6 +93,20 @@ def _cmd(workload: str, steps: int, timings: Path, extra: list[str]) -> list[str
 
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.exists() else 0
+
+
+def background_exporters(out: Path) -> float:
+    """Wait for the job's background exporters; their rendering time (s, summed over devices)."""
+    from jobprof.files import handover
+    from jobprof.files.profdir import device_dirs
+
+    seconds = 0.0
+    for prof in out.glob("PROF_*"):
+        for device in device_dirs(prof):
+            handover.wait(device, timeout=900)
+            info = json.loads(next(device.glob("info.json.*[0-9]")).read_text()).get("jobprof", {})
+            seconds += (info.get("background_export") or {}).get("seconds", 0.0)
+    return seconds
 
 
 def jobprof_facts(out: Path) -> dict[str, Any]:
@@ -158,13 +175,16 @@ def _one(work: Path, workload: str, arm: str, tag: str, steps: int) -> dict[str,
     env, extra = _env(arm, out)
     timings = work / f"{tag}.json"
     ran = timed_run(_cmd(workload, steps, timings, extra), env, cwd=str(work), timeout=900)
+    ended = time.time()
     path = timings.with_name(timings.name + ".rank0") if workload == "ddp" else timings
     times = json.loads(path.read_text())
     if len(times) != steps:
         raise HarnessError(f"{workload}/{arm}: {len(times)} step times, {steps} expected")
     result: dict[str, Any] = {"step_s": statistics.median(times[WARMUP:]), "wall_s": ran.wall_s,
-                              "cpu_s": ran.cpu_s}
+                              "cpu_s": ran.cpu_s,
+                              "exit_s": ended - float(path.with_name(path.name + ".end").read_text())}
     if arm in OPTIONS:
+        result["exporter_s"] = background_exporters(out)
         facts = jobprof_facts(out)
         ranks = 2 if workload == "ddp" else 1
         if facts["iterations"] < 0.9 * steps * ranks or (arm != "step" and facts["ops_iterations"]
@@ -268,10 +288,17 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                             hand <= TARGETS["handover_ms"]))
         wall_l1 = statistics.median(r["l1"]["wall_s"] for r in rounds)
         wall_t = statistics.median(r["torch"]["wall_s"] for r in rounds)
+        behind = statistics.median(r["l1"].get("exporter_s", 0.0) for r in rounds)
         out.append(_row(f"optier-vs-torch {w}: whole-process wall, l1 vs torch.profiler "
-                        "(exit export included)",
+                        f"(the job's exit included; its background exporter then rendered {behind:.1f} s)",
                         f"{wall_t:.1f} s torch", f"{wall_l1:.1f} s", f"x{wall_l1 / wall_t:.2f}", "<= x1.00",
                         wall_l1 <= wall_t))
+        exit_base = statistics.median(r["base"]["exit_s"] for r in rounds)
+        exit_l1 = statistics.median(r["l1"]["exit_s"] - r["base"]["exit_s"] for r in rounds)
+        out.append(_row(f"optier-vs-torch {w}: exit, l1: the job's end to its process's end, less the "
+                        "unprofiled arm's", f"{exit_base:.2f} s unprofiled",
+                        f"{exit_base + exit_l1:.2f} s", f"+{exit_l1:.2f} s", f"<= +{TARGETS['exit_s']:g} s",
+                        exit_l1 <= TARGETS["exit_s"]))
         disk_l1 = statistics.median(r["l1"]["raw_bytes"] for r in rounds)
         disk_t = statistics.median(r["torch"]["raw_bytes"] for r in rounds)
         out.append(_row(f"optier-vs-torch {w}: raw data on disk, l1 vs torch.profiler's traces",

@@ -138,7 +138,7 @@ def run(repeats: int, seed: int = 0) -> dict[str, Any]:
         envs = {mode: clean_env({} if value is None else {"PROFILING_MODE": value}, pyc)
                 for mode, value in MODES.items()}
         on = clean_env({"PROFILING_MODE": "true", "PROFILING_OPTIONS": json.dumps(
-            {"output": str(out_dir), "training_trace": "on", "task_trace": "off"})}, pyc)
+            {"output": str(out_dir), "export": "inline", "training_trace": "on", "task_trace": "off"})}, pyc)
         py = sys.executable
         cases = [Case(f"{mode}/{farm.name.removeprefix('site_')}",
                       [py, "-S", "-c", ADDSITEDIR, str(farm)], env)

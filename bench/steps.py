@@ -31,7 +31,8 @@ TIER_OPTIONS = {"training_trace": "on", "task_trace": "off", "dp": "on", "msprof
 
 def profiling_env(output: Path, options: dict[str, str]) -> dict[str, str]:
     return clean_env({"PROFILING_MODE": "true",
-                      "PROFILING_OPTIONS": json.dumps({"output": str(output), **options})})
+                      "PROFILING_OPTIONS": json.dumps({"output": str(output), "export": "inline",
+                                                       **options})})
 
 
 def _one_run(work: Path, tag: str, env: dict[str, str], args: list[str]) -> dict[str, Any]:

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Runner, clean_env, jobprof_cli, raw_iterations
+from conftest import REPO, Runner, clean_env, jobprof_cli, raw_iterations, wait_rendered
 from jobprof.analysis.selection import ranges
-from jobprof.files import rawstore
+from jobprof.files import handover, rawstore
 from jobprof.files.profdir import iteration_files
 from jobprof.runtime import sink, storage
 from jobprof.runtime.storage import MB, StorageBudget
@@ -79,10 +79,11 @@ class Timed:
     """One run of SELF_KILL: exit status, stderr, and the monotonic times it printed."""
 
     def __init__(self, runner: Runner, delay: float, disposition: str = "default",
-                 iterations: int = ITERATIONS) -> None:
+                 iterations: int = ITERATIONS, export: str = "inline") -> None:
+        # "inline" by default: these cases are about the exit-time export the job does itself
         script = runner.script(SELF_KILL, "self_kill.py")
-        env = clean_env(PROFILING_MODE="true",
-                        PROFILING_OPTIONS=json.dumps({"output": str(runner.out), **OPERATORS}))
+        env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps(
+            {"output": str(runner.out), **OPERATORS, "export": export}))
         proc = subprocess.Popen([sys.executable, str(script), str(iterations), str(delay), disposition],
                                 cwd=runner.tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
@@ -151,17 +152,30 @@ def test_sigterm_during_the_exit_time_export_names_every_unrendered_iteration(
         assert not [m for m in summary_json(device.parent)["missing"] if "were not rendered" in m]
 
 
-def test_sigterm_soon_after_the_loop_ends_is_said_and_recorded(runner: Runner) -> None:
+@pytest.mark.parametrize("export", ["inline", "background"])
+def test_sigterm_soon_after_the_loop_ends_is_said_and_recorded(runner: Runner, export: str) -> None:
     """The issue's case, kept fast: SIGTERM 0.3 s after the loop (operator tier), with enough
-    iterations that the export is still running then."""
-    run = Timed(runner, 0.3)
+    iterations that the export is still running then.  ``background`` (the default): what the
+    job did not render, its exporter (which the job's SIGTERM does not reach) renders after it."""
+    total = ITERATIONS if export == "inline" else 5 * ITERATIONS  # more than a second renders
+    run = Timed(runner, 0.3, export=export, iterations=total)
     device = runner.device_dir()
     job = info(device)
     assert run.killed is not None and run.rc == -signal.SIGTERM, run.stderr
     assert job["end_reason"].startswith("SIGTERM")
-    unrendered = set(raw_iterations(device)) - rendered(device, "step_trace", "summary")
-    assert runs(job["unrendered"]) == unrendered
-    assert bool(unrendered) == ("jobprof export" in run.stderr)
+    if export == "inline":
+        unrendered = set(raw_iterations(device)) - rendered(device, "step_trace", "summary")
+        assert runs(job["unrendered"]) == unrendered
+        assert bool(unrendered) == ("jobprof export" in run.stderr)
+        return
+    said = [x for x in run.stderr.splitlines() if "left to render" in x]
+    assert len(said) == 1 and "run `jobprof export" not in run.stderr, run.stderr
+    wait_rendered(runner.out)
+    assert not handover.path(device).exists()
+    assert info(device)["background_export"]["rendered"] == int(said[0].split("jobprof: ")[1].split()[0])
+    everything = set(range(1, total + 1))
+    assert rendered(device, "step_trace", "summary") == set(raw_iterations(device)) == everything
+    assert info(device)["unrendered"] == []
 
 
 @pytest.mark.slow
@@ -243,7 +257,9 @@ def test_low_free_disk_ageing_warns_once_and_records_the_aged_iterations(
     total = 500
     runner.out = small_disk / "prof"
     script = runner.script(AGEING.replace("storage.RESERVE = ", "_ = "), "ageing.py")
-    proc = runner.run(script, OPERATORS, args=[str(total), "0"])
+    # every file rendered by the job itself: its budget ages the oldest to make room (a
+    # background exporter instead stops where the room ends, leaving the rest as raw data)
+    proc = runner.run(script, {**OPERATORS, "export": "inline"}, args=[str(total), "0"])
     check_aged(runner.device_dir(), proc.stderr, total)
     assert "MB free (under 20 MB)" in proc.stderr
 
