@@ -214,6 +214,13 @@ class OpCapture:
         self._owner_stopped = threading.Event()
         #: the capturing thread ended (and the capture with it) while the session went on
         self.owner_ended = False
+        #: capture the operators of every ``every``-th iteration only (1, 1 + every, ...):
+        #: between them Kineto is off (option task_trace_every)
+        self.every = 1
+        #: Kineto is off until the cut before the next sampled iteration
+        self.paused = False
+        #: when the window of the sampled iteration now running began (after a pause), else None
+        self.resumed_ns: int | None = None
 
     def warm_up(self) -> None:
         """Start and stop one empty Kineto session on this thread: the one that imported torch.
@@ -261,8 +268,14 @@ class OpCapture:
             except Exception as exc:
                 self._fail(f"cannot start PyTorch's profiler: {type(exc).__name__}: {exc}")
 
-    def cut(self, until_ns: int) -> None:
-        """Close the window holding everything up to ``until_ns`` (an iteration end).
+    def sampled(self, index: int) -> bool:
+        """Is iteration ``index`` one whose operators are captured?"""
+        return (index - 1) % self.every == 0
+
+    def cut(self, until_ns: int, index: int | None = None) -> None:
+        """Close the window holding everything up to ``until_ns`` (the end of iteration
+        ``index``).  Sampling (:attr:`every`): Kineto pauses here when the next iteration is not
+        sampled, and resumes at the cut before the next one that is.
 
         Iterations confirmed in a burst share one cut: a window already closed after
         ``until_ns`` covers them.
@@ -273,8 +286,15 @@ class OpCapture:
         with self._lock:
             if self.state != "capturing":
                 return
+            take_next = index is None or self.sampled(index + 1)
             try:
-                self._swap()
+                if self.paused:
+                    if take_next:
+                        self._resume()
+                elif take_next:
+                    self._swap()
+                else:
+                    self._swap(pause=True)
             except Exception as exc:
                 self._fail(f"PyTorch's profiler failed at an iteration end: {type(exc).__name__}: "
                            f"{exc}")
@@ -348,6 +368,8 @@ class OpCapture:
             blocks = self._open_blocks()
             try:
                 self._end(blocks)
+                if self.paused:  # Kineto is off (sampling): no window is open
+                    raise LookupError
                 offset = time.time_ns() - time.monotonic_ns()
                 result = self._autograd._disable_profiler()
                 self._python_flag(False)  # the program's profiler sets it again
@@ -437,15 +459,21 @@ class OpCapture:
             if tracked is None or id(block) in tracked.open:
                 block.record = enter_op(block.name, block.args)
 
-    def _swap(self) -> None:
+    def _swap(self, pause: bool = False) -> None:
+        """End the window; open the next one (``pause``: not yet, see :meth:`_resume`)."""
         blocks = self._open_blocks()
         self._end(blocks)  # end them in the old window: Kineto cannot carry them across
         offset = time.time_ns() - time.monotonic_ns()
         result = self._autograd._disable_profiler()
         self._cut_ns = time.monotonic_ns()
         began, self._window_ns = self._window_ns, self._cut_ns
-        self._enable()
-        self._reopen(blocks)  # ... and continue them in the new one
+        self.resumed_ns = None
+        if pause:
+            self._python_flag(False)
+            self.paused = True
+        else:
+            self._enable()
+        self._reopen(blocks)  # ... and continue them in the new one (paused: unrecorded)
         if self.scratch is not None:
             # Kineto writes the window here, on the training thread, at the cut: its save holds
             # the GIL, and done later on the sink thread it stalls the training thread at a
@@ -463,6 +491,15 @@ class OpCapture:
                 dropped.unlink(missing_ok=True)
             self.dropped_windows += 1
         self._windows.append((result, offset, began, self._cut_ns))
+
+    def _resume(self) -> None:
+        """Kineto on again for a sampled iteration (no window ends here: none was open)."""
+        blocks = self._open_blocks()
+        self._end(blocks)  # the unrecorded continuations opened at the pause
+        self._enable()
+        self.paused = False
+        self._cut_ns = self._window_ns = self.resumed_ns = time.monotonic_ns()
+        self._reopen(blocks)
 
     def owns_thread(self) -> bool:
         """Is this the thread whose operators the capture records (the one that started it)?"""
@@ -492,11 +529,12 @@ class OpCapture:
         """Disable Kineto if this process enabled it, on the thread that did (from any other
         the session is not found, or worse); remove the wrappers (lock held)."""
         if self.state == "capturing" and os.getpid() == self._pid and self.owns_thread():
-            try:
-                self._autograd._disable_profiler()
-            except Exception:
-                pass
-            self._python_flag(False)
+            if not self.paused:  # paused: Kineto is off already
+                try:
+                    self._autograd._disable_profiler()
+                except Exception:
+                    pass
+                self._python_flag(False)
             self._owner_stopped.set()
         self.state = "stopped"
         self._remove_wrappers()

@@ -192,6 +192,7 @@ class Session:
         detail = attrs.evolve(self._ops_detail, cuda=cuda)
         try:
             ops = self.ops = OpCapture(torch, detail, self.reporter.warning)
+            ops.every = int(self.config.get("task_trace_every") or 1)
             ops.warm_up()
         except Exception as exc:  # a torch without the profiler API we use
             self.reporter.warning(f"operator capture unavailable on torch {torch.__version__}: {exc!r}")
@@ -245,8 +246,10 @@ class Session:
                 if ops.stop_requested:
                     ops.stop()  # the session is ending on another thread (see finish)
                 else:
-                    ops.cut(iteration.end_ns)
-                    streams[OPS_STREAM] = partial(self._ops_windows, iteration.start_ns, iteration.end_ns)
+                    taken = ops.sampled(iteration.index) and self._whole_window(ops, iteration)
+                    ops.cut(iteration.end_ns, iteration.index)
+                    if taken:
+                        streams[OPS_STREAM] = partial(self._ops_windows, iteration.start_ns, iteration.end_ns)
             elif ops is not None and not ops.owns_thread() and not self._other_thread_said \
                     and (ops.state == "capturing" or ops.owner_ended):
                 # Kineto records the thread that started it: another thread's operators are not
@@ -367,6 +370,22 @@ class Session:
                         f"could not start the background exporter ({exc.strerror or exc}): "
                         f"{sink.unrendered_count} iteration(s) not rendered (raw data kept): run "
                         f"`jobprof export {self.job_dir}`")
+
+    def _whole_window(self, ops: OpCapture, iteration: Iteration) -> bool:
+        """Sampling resumed Kineto at the end of the iteration before this one: true unless that
+        end was found late (forward / backward detection hands an iteration over inside the
+        next one: only the optimizer step and jobprof.step() end one as it ends), so that this
+        one's start was not recorded.  Then sampling stops (said once): every iteration is
+        captured from here on, this one has no operators."""
+        if ops.resumed_ns is None or self.iteration_method in ON_TIME_METHODS:
+            return True
+        ops.every = 1
+        self.reporter.warning(
+            f"task_trace_every: iteration {iteration.index} was found after it had begun (iteration "
+            f"method '{self.iteration_method}'), so sampled iterations would miss their start; the "
+            f"operators of every iteration are captured from iteration {iteration.index + 1} on "
+            "(sampling needs the optimizer step or jobprof.step() to end iterations)")
+        return False
 
     def _hand_over(self, sink: Sink) -> list[list[int]]:
         """What the background exporter renders (said once, now: end_info keeps the line)."""
@@ -604,6 +623,8 @@ _HURRIED_EXITS = frozenset({"exec"})
 #: option ``export``: "background" renders at most EXIT_RENDER_S at exit, then hands the
 #: rest to a detached exporter; "inline" renders everything before the job exits; "off" none
 EXPORT_DEFAULT = "background"
+#: iteration methods that hand an iteration over as it ends (not inside the next one)
+ON_TIME_METHODS = frozenset({"optimizer_step", "explicit"})
 EXIT_RENDER_S = 1.0
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")

@@ -89,9 +89,19 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not groups:
         return None
     # JSON has no NaN or infinity (a damaged CSV's "nan"): those travel as their str()
+    every = _every(profile, device)
+    iterations = profile.iterations(device)
     return {"groups": [[op, core, count, total if math.isfinite(total) else str(total)]
                        for (op, core), (count, total) in groups.items()],
-            "files": files, "iterations": len(profile.iterations(device))}
+            "files": files, "iterations": len(iterations), "every": every,
+            "sampled": sum(1 for it in iterations if (it.index - 1) % every == 0)}
+
+
+def _every(profile: Profile, device: int) -> int:
+    """The job's ``task_trace_every`` (1: every iteration's operators were captured)."""
+    options = (profile.info(device).get("jobprof") or {}).get("options") or {}
+    every = options.get("task_trace_every", 1)
+    return every if isinstance(every, int) and not isinstance(every, bool) and every >= 1 else 1
 
 
 def top_sections(profile: Profile) -> list[Section]:
@@ -109,10 +119,15 @@ def top_sections(profile: Profile) -> list[Section]:
         for (op, core), (count, total) in ranked[:TOP]:
             share = f"{100 * total / grand:.1f}" if grand else "N/A"
             rows.append([device, op, core, int(count), f"{total / 1000:.3f}", f"{total / count:.3f}", share])
-        iterations = facts["iterations"]
-        if files < iterations:
-            notes.append(f"device {device}: {iterations - files} of {iterations} iterations have no "
-                         "op_statistic file yet (run `jobprof export`)")
+        iterations, every = facts["iterations"], facts.get("every", 1)
+        sampled = facts.get("sampled", iterations)
+        if every > 1:
+            notes.append(f"device {device}: operators captured on 1 iteration in {every} "
+                         f"(task_trace_every): {sampled} of {iterations} iterations")
+        if files < sampled:
+            notes.append(f"device {device}: {sampled - files} of {sampled} iterations "
+                         f"{'sampled for operators ' if every > 1 else ''}have no op_statistic file yet "
+                         "(run `jobprof export`)")
         finding = _concentration(profile, device, ranked, grand)
         if finding is not None:
             findings.append(finding)
