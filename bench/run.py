@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--optier-repeats", type=int, help="optier rounds of 4 arms (default 7, quick 2)")
     parser.add_argument("--optier-steps", type=int, help=f"steps per optier run (default {optier.STEPS}, "
                         "quick 50)")
-    parser.add_argument("--ovt-rounds", type=int, help="optier-vs-torch rounds of 5 arms per workload "
+    parser.add_argument("--ovt-rounds", type=int, help="optier-vs-torch rounds of 7 arms per workload "
                                                        "(default 3, quick 1)")
     parser.add_argument("--fusion-rounds", type=int, help="fusion-op rounds of 4 arms (default 3, quick 1)")
     parser.add_argument("--fusion-steps", type=int, help="fusion-op steps per run (default 60, quick 30)")

@@ -50,7 +50,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def wait_rendered(output: Path, timeout: float = 120) -> None:
     """Wait for the background exporters of every profile under ``output`` (a job hands what
-    it did not render in its last second to one: option ``export``), as a user reading the
+    it did not render itself to one: option ``export``), as a user reading the
     files would (``jobprof export --wait``)."""
     from jobprof.files import handover
 

@@ -1,4 +1,4 @@
-"""The job ends when it ends: what its last second does not render, a detached exporter does
+"""The job ends when it ends: what its exit does not render, a detached exporter does
 (option ``export``: "background", the default; "inline"; "off").  Real jobs of 600 tiny
 iterations with the operator tier, whose rendering takes seconds: the job's process returns
 while its exporter renders; stopped (SIGSTOP) or killed (SIGKILL) exporters are what the
@@ -102,7 +102,7 @@ def test_the_job_exits_while_its_exporter_renders_the_rest(tmp_path: Path, inlin
         trained = float(proc.stdout.split()[1])
         print(f"exit after the job's end: {job_end - trained:.2f} s")
         first, last = hand["iterations"][0][0], hand["iterations"][-1][1]
-        assert last == STEPS and first > 1, hand  # the last second rendered some, in order
+        assert last == STEPS and first > 1, hand  # the job rendered some first, in order
         assert info(device)["unrendered"] == hand["iterations"]
         # the exporter: detached (its own session), lowest priority, never profiled itself
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

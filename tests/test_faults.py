@@ -157,8 +157,9 @@ def test_sigterm_soon_after_the_loop_ends_is_said_and_recorded(runner: Runner, e
     """The issue's case, kept fast: SIGTERM 0.3 s after the loop (operator tier), with enough
     iterations that the export is still running then.  ``background`` (the default): what the
     job did not render, its exporter (which the job's SIGTERM does not reach) renders after it."""
-    total = ITERATIONS if export == "inline" else 5 * ITERATIONS  # more than a second renders
-    run = Timed(runner, 0.3, export=export, iterations=total)
+    # background: more than its quarter second at exit renders, and the signal comes within it
+    total, delay = (ITERATIONS, 0.3) if export == "inline" else (5 * ITERATIONS, 0.1)
+    run = Timed(runner, delay, export=export, iterations=total)
     device = runner.device_dir()
     job = info(device)
     assert run.killed is not None and run.rc == -signal.SIGTERM, run.stderr
@@ -262,6 +263,28 @@ def test_low_free_disk_ageing_warns_once_and_records_the_aged_iterations(
     proc = runner.run(script, {**OPERATORS, "export": "inline"}, args=[str(total), "0"])
     check_aged(runner.device_dir(), proc.stderr, total)
     assert "MB free (under 20 MB)" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_background_exporter_stops_where_the_disk_room_ends(runner: Runner, small_disk: Path) -> None:
+    """The job's exit hands iterations over on a disk with under 20 MB free: the exporter renders
+    none past the room (it ages nothing), says so in its log and info.json, and the summary
+    names the iterations left as raw data."""
+    total = 500
+    runner.out = small_disk / "prof"
+    script = runner.script(AGEING.replace("storage.RESERVE = ", "_ = "), "ageing.py")
+    proc = runner.run(script, OPERATORS, args=[str(total), "0"])  # waits for the exporter
+    device = runner.device_dir()
+    assert "left to render" in proc.stderr, proc.stderr
+    job = info(device)
+    done = job["background_export"]
+    left = runs(job["unrendered"])
+    assert left and done["rendered"] + len(left) == done["iterations"], (done, job["unrendered"])
+    assert left <= set(raw_iterations(device))  # kept as raw data
+    assert not left & rendered(device, "msprof", "timeline")
+    assert "storage budget" in (device / "data" / "exporter.log").read_text()
+    named = [m for m in summary_json(device.parent)["missing"] if "were not rendered" in m]
+    assert named and ranges(left)[0] in named[0], named
 
 
 def test_free_disk_ageing_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -34,8 +34,8 @@ is still the old version's):
   mid-run: ``[]`` here); in the mlp case the raw ``ops`` stream holds references to Kineto's own
   window files (``data/kineto/window.<n>.json.gz``, rule 8) instead of inline records (before,
   aic_metrics' FLOP cross-check forced the in-memory path).  Every CSV and timeline is unchanged.
-- issue 31 (the job ends when it ends): the new option ``export`` (``background``) among the
-  effective options of info.json.
+- issue 31 (the job ends when it ends): the new options ``export`` (``background``) and
+  ``task_trace_every`` (``1``) among the effective options of info.json.
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of

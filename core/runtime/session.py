@@ -625,7 +625,7 @@ _HURRIED_EXITS = frozenset({"exec"})
 EXPORT_DEFAULT = "background"
 #: iteration methods that hand an iteration over as it ends (not inside the next one)
 ON_TIME_METHODS = frozenset({"optimizer_step", "explicit"})
-EXIT_RENDER_S = 1.0
+EXIT_RENDER_S = 0.25
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
 

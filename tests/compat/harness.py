@@ -110,7 +110,7 @@ class Run:
 
 
 def wait_rendered(output: Path, timeout: float = 300) -> None:
-    """Wait for the job's background exporters (what its last second did not render)."""
+    """Wait for the job's background exporters (what its exit did not render)."""
     from jobprof.files import handover
 
     for device_dir in output.glob("PROF_*/device_*"):
