@@ -36,6 +36,8 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     "l0": {**STEP_TIER, "task_trace": "l0"},
     "l1": {**STEP_TIER, "task_trace": "l1", "aicpu": "on"},
     "aic": {**STEP_TIER, "task_trace": "on", "aic_metrics": "PipeUtilization"},
+    # the sampled operator tier: Kineto paused and resumed at every other iteration end
+    "sampled": {**STEP_TIER, "task_trace": "l1", "task_trace_every": 2},
     # compiled programs only (tests/compat/test_compile.py): Inductor emits a profiler range per
     # C++ kernel, a different compile of the same graph
     "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},

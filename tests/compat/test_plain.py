@@ -3,7 +3,9 @@
 Each row runs ``programs/plain.py <shape> <n>`` unprofiled and profiled, then checks every
 option set (all of them, so one failure names every option set it hits).  Every row runs the step
 tier and ``l1``; ``l0`` (the operator tier without shapes) and ``aic`` (with the metric columns)
-alternate between the rows, so each runs on half the loop shapes (since 2026-12: CI's time).
+alternate between the rows, so each runs on half the loop shapes (since 2026-12: CI's time);
+``sampled`` (``task_trace_every`` 2: Kineto paused and resumed at iteration ends) runs on every
+third row.
 """
 
 from __future__ import annotations
@@ -31,9 +33,14 @@ ROWS = [
 
 
 def option_sets(shape: str) -> tuple[str, ...]:
-    """The row's option sets: all but one of l0 / aic, taking turns down the rows."""
-    skipped = ("aic", "l0")[[row[0] for row in ROWS].index(shape) % 2]
-    return tuple(s for s in DEFAULT_SETS if s != skipped)
+    """The row's option sets: all but one of l0 / aic, taking turns down the rows; in the full
+    matrix (not the legs') every third row also runs the sampled operator tier."""
+    index = [row[0] for row in ROWS].index(shape)
+    skipped = ("aic", "l0")[index % 2]
+    sets = tuple(s for s in DEFAULT_SETS if s != skipped)
+    if index % 3 == 0 and {"l0", "l1", "aic"} <= set(DEFAULT_SETS):
+        sets += ("sampled",)
+    return sets
 
 
 @pytest.mark.parametrize(("shape", "n", "method"), ROWS, ids=[row[0] for row in ROWS])
