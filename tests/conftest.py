@@ -44,6 +44,9 @@ def clean_env(**extra: str) -> dict[str, str]:
     """The current environment without any jobprof/profiling variables, plus ``extra``."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("PROFILING_", "JOBPROF_")) and k not in ("LOCAL_RANK", "RANK")}
+    # the suite keeps both cores busy: a background exporter at nice 19 (its default) would get
+    # almost no CPU while a test waits for its files
+    env["JOBPROF_EXPORTER_NICE"] = "0"
     env.update(extra)
     return env
 

@@ -38,7 +38,9 @@ def start(tmp: Path, name: str, options: dict,
     exporter as soon as its hand-over appears, so the test sees it at work whatever its speed."""
     (tmp / "job.py").write_text(JOB)
     out = tmp / name
-    env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps({"output": str(out), **options}))
+    # the exporter at its default priority (the suite's helpers run it at nice 0)
+    env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps({"output": str(out), **options}),
+                    JOBPROF_EXPORTER_NICE="")
     job = subprocess.Popen([sys.executable, str(tmp / "job.py"), str(STEPS)], cwd=tmp, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     held = False

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     # (quiet when it works: a device whose facts file cannot be written is named as a problem)
     if args.wait and not rendered_any:
         print(f"{prof}: every iteration with raw data is rendered")
-    elif not args.wait or rendered_any:
+    else:
         with rawstore.reporting(lambda text: print(f"  problem: {text}", file=sys.stderr)):
             facts.write(prof, manager)
     if args.layout == "cann8":

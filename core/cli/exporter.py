@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     device_dir = Path(args[0])
     if not sys.stdin.isatty():
         sys.stdin.buffer.read()  # the job closes it once the hand-over is written
-    try:
-        os.nice(19)  # the node's other work (the job's other ranks) comes first
+    try:  # the node's other work (the job's other ranks) comes first (the job set it too)
+        os.nice(max(0, handover.nice_level() - os.getpriority(os.PRIO_PROCESS, 0)))
     except OSError:
         pass
     log = _Log(device_dir)

@@ -21,6 +21,11 @@ import attrs
 from jobprof.files import fsio
 
 NAME = "exporter.json"
+#: the exporter's CPU niceness (0-19; default 19, the lowest priority: the node's other work
+#: comes first).  On a busy machine a nice-19 process gets almost no CPU, so whoever waits for
+#: the files there (a test suite on saturated cores) may ask for less.
+NICE_ENV = "JOBPROF_EXPORTER_NICE"
+DEFAULT_NICE = 19
 #: what the exporter's own messages (problems, its end) go to, beside the hand-over
 LOG_NAME = "exporter.log"
 
@@ -38,6 +43,16 @@ class Handover:
     @property
     def count(self) -> int:
         return sum(last - first + 1 for first, last in self.iterations)
+
+
+def nice_level(environ: Any = None) -> int:
+    """The niceness the exporter runs at (:data:`NICE_ENV`; a value that is not 0-19: the default)."""
+    text = (os.environ if environ is None else environ).get(NICE_ENV, "")
+    try:
+        level = int(text)
+    except ValueError:
+        return DEFAULT_NICE
+    return level if 0 <= level <= 19 else DEFAULT_NICE
 
 
 def path(device_dir: Path) -> Path:

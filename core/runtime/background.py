@@ -30,8 +30,8 @@ def start(device_dir: Path, iterations: list[list[int]], room: int | None) -> in
                                 env=env, cwd=device_dir)
     finally:
         os.close(log)
-    try:  # lowest priority from its first instruction: its start-up must not slow the job's exit
-        os.setpriority(os.PRIO_PROCESS, proc.pid, 19)
+    try:  # its priority from its first instruction: its start-up must not slow the job's exit
+        os.setpriority(os.PRIO_PROCESS, proc.pid, handover.nice_level())
     except OSError:
         pass  # it lowers itself too, once started
     try:

@@ -315,7 +315,7 @@ class Session:
             if self.sink is not None:
                 self.sink.hurry(SIGTERM_RENDER_S)
         elif self.sink is not None and mode != "inline":
-            # the job ends when it ends: what a second does not render, the exporter does
+            # the job ends when it ends: what EXIT_RENDER_S does not render, the exporter does
             self.sink.hurry(EXIT_RENDER_S if mode == "background" else 0)
         self.state = "finished"
         if self.detector is not None:
