@@ -82,7 +82,11 @@ class Runner:
             extra["PROFILING_MODE"] = mode
         if options is not None:
             if isinstance(options, dict):
-                options = json.dumps({"output": str(self.out), **options})
+                # every file rendered before the job returns, unless the test chooses: a
+                # background exporter per job costs the suite a Python start-up each (minutes
+                # over the suite); the default mode has its own tests (test_background_export,
+                # test_faults) and runs in the compatibility matrix
+                options = json.dumps({"output": str(self.out), "export": "inline", **options})
             extra["PROFILING_OPTIONS"] = options
         extra.update(env or {})
         proc = subprocess.run([sys.executable, str(script), *(args or [])], cwd=self.tmp,

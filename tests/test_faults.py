@@ -258,9 +258,9 @@ def test_low_free_disk_ageing_warns_once_and_records_the_aged_iterations(
     total = 500
     runner.out = small_disk / "prof"
     script = runner.script(AGEING.replace("storage.RESERVE = ", "_ = "), "ageing.py")
-    # every file rendered by the job itself: its budget ages the oldest to make room (a
-    # background exporter instead stops where the room ends, leaving the rest as raw data)
-    proc = runner.run(script, {**OPERATORS, "export": "inline"}, args=[str(total), "0"])
+    # every file rendered by the job itself (the runner's default): its budget ages the oldest
+    # to make room (a background exporter instead stops where the room ends, leaving raw data)
+    proc = runner.run(script, OPERATORS, args=[str(total), "0"])
     check_aged(runner.device_dir(), proc.stderr, total)
     assert "MB free (under 20 MB)" in proc.stderr
 
@@ -273,7 +273,7 @@ def test_a_background_exporter_stops_where_the_disk_room_ends(runner: Runner, sm
     total = 500
     runner.out = small_disk / "prof"
     script = runner.script(AGEING.replace("storage.RESERVE = ", "_ = "), "ageing.py")
-    proc = runner.run(script, OPERATORS, args=[str(total), "0"])  # waits for the exporter
+    proc = runner.run(script, {**OPERATORS, "export": "background"}, args=[str(total), "0"])  # waits for it
     device = runner.device_dir()
     assert "left to render" in proc.stderr, proc.stderr
     job = info(device)

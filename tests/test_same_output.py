@@ -75,11 +75,14 @@ CASES = {
 def test_same_output(runner: Runner, case: str) -> None:
     spec = CASES[case]
     script = REPO / "examples" / spec["script"]
+    # as JSON text: the runner adds nothing (a dict gets its "export": "inline"), so the job runs
+    # with the defaults the goldens record
+    options = json.dumps({"output": str(runner.out), **spec["options"]})
     if spec["ranks"]:
         script = torchrun(runner, script, spec["ranks"], *spec["args"])
-        runner.run(script, spec["options"], timeout=120)
+        runner.run(script, options, timeout=120)
     else:
-        runner.run(script, spec["options"], args=spec["args"], timeout=120)
+        runner.run(script, options, args=spec["args"], timeout=120)
     actual = shape(runner.out)
     golden_path = DATA / f"same_output_{case}.json"
     golden = json.loads(golden_path.read_text(encoding="utf-8"))
