@@ -156,11 +156,13 @@ def test_finished_iterations_survive_os_exit_and_exec(runner: Runner, how: str) 
 # opposite orders at exit).
 THREADED_JOB = """
 import sys, threading, time, torch
-def train(n):
+def train(n, ready=None):
     model = torch.nn.Linear(8, 8)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(n):
+    for i in range(n):
         model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+        if ready is not None and i == 3:
+            ready.set()
 how = sys.argv[1]
 if how == "thread":
     t = threading.Thread(target=train, args=(5,)); t.start(); t.join()
@@ -168,7 +170,10 @@ elif how == "two":
     ts = [threading.Thread(target=train, args=(5,)) for _ in range(2)]
     [t.start() for t in ts]; [t.join() for t in ts]
 else:
-    threading.Thread(target=train, args=(10**9,), daemon=True).start(); time.sleep(3)
+    # still training at exit, after a few iterations (however slow the machine)
+    ready = threading.Event()
+    threading.Thread(target=train, args=(10**9, ready), daemon=True).start()
+    ready.wait(60); time.sleep(0.5)
 print("done", flush=True)
 """
 KINETO_NOISE = ("External init callback", "Requested callback", "Leaked callback", "disableProfiler",

@@ -173,7 +173,7 @@ HOSTILE: list[Hostile] = [
 ]
 
 #: every key of the composed schema, by the JSON type it takes
-INT_KEYS = ("host_sys_usage_freq", "instr_profiling_freq")
+INT_KEYS = ("host_sys_usage_freq", "instr_profiling_freq", "task_trace_every")
 STRING_CONFUSIONS: list[Any] = [True, None, 7, 2.5, [], {"on": "on"}]
 INT_CONFUSIONS: list[tuple[str, str]] = [  # (JSON text of the value, what the message says)
     ('"10"', "without quotes"), ("true", "not a boolean"), ("null", "not null"),

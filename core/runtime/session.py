@@ -316,7 +316,10 @@ class Session:
                 self.sink.hurry(SIGTERM_RENDER_S)
         elif self.sink is not None and mode != "inline":
             # the job ends when it ends: what EXIT_RENDER_S does not render, the exporter does
+            # (unless what is left costs less than the exporter's own start-up)
             self.sink.hurry(EXIT_RENDER_S if mode == "background" else 0)
+            if mode == "background":
+                self.sink.finish_within_s = EXPORTER_START_S
         self.state = "finished"
         if self.detector is not None:
             self.detector.uninstall()
@@ -626,6 +629,8 @@ EXPORT_DEFAULT = "background"
 #: iteration methods that hand an iteration over as it ends (not inside the next one)
 ON_TIME_METHODS = frozenset({"optimizer_step", "explicit"})
 EXIT_RENDER_S = 0.25
+#: what starting the background exporter costs (a Python start-up and jobprof's imports, s)
+EXPORTER_START_S = 0.3
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
 

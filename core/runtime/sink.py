@@ -118,6 +118,9 @@ class Sink:
         self.notes: dict[str, list[int]] = {}
         #: monotonic time after which close() stops rendering (None: render everything)
         self.deadline: float | None = None
+        #: at the deadline, render the rest anyway if it should take less than this (s): what a
+        #: background exporter's start-up would cost (0: stop at the deadline)
+        self.finish_within_s = 0.0
         self.export_seconds = 0.0
         self.failed = False
         self._reserve = device_dir / "data" / RESERVE_NAME
@@ -159,6 +162,12 @@ class Sink:
         with self._work_lock, _collector_paused():
             self._flush_raw()
             self._export_pending(throttle=False)
+            if self._todo and self.exported and self.deadline is not None and self.finish_within_s:
+                # little left: rendering it costs less than starting an exporter for it
+                left = self.export_seconds / self.exported * len(self._todo)
+                if left <= self.finish_within_s:
+                    self.deadline = None
+                    self._export_pending(throttle=False)
             if not self.failed:
                 while self._todo:  # the deadline passed: raw data is there for `jobprof export`
                     self._note_unrendered(self._todo.popleft()[0])

@@ -36,8 +36,9 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     "l0": {**STEP_TIER, "task_trace": "l0"},
     "l1": {**STEP_TIER, "task_trace": "l1", "aicpu": "on"},
     "aic": {**STEP_TIER, "task_trace": "on", "aic_metrics": "PipeUtilization"},
-    # the sampled operator tier: Kineto paused and resumed at every other iteration end
-    "sampled": {**STEP_TIER, "task_trace": "l1", "task_trace_every": 2},
+    # the sampled operator tier: Kineto paused and resumed at every other iteration end; with
+    # the default export: what the job's exit leaves, a background exporter renders
+    "sampled": {**STEP_TIER, "task_trace": "l1", "task_trace_every": 2, "export": "background"},
     # compiled programs only (tests/compat/test_compile.py): Inductor emits a profiler range per
     # C++ kernel, a different compile of the same graph
     "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},
@@ -134,7 +135,9 @@ def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] |
     if options is not None:
         output = work / "prof"
         extra["PROFILING_MODE"] = "true"
-        extra["PROFILING_OPTIONS"] = json.dumps({"output": str(output), **options})
+        # every file before the job returns unless the set chooses (an exporter per run cost
+        # the matrix a Python start-up each); the default, "background", is the `export` set's
+        extra["PROFILING_OPTIONS"] = json.dumps({"output": str(output), "export": "inline", **options})
     cmd = [*(launcher or [sys.executable]), str(path), *args]
     proc = subprocess.run(cmd, cwd=work, env=clean_env(**extra), capture_output=True, text=True,
                           timeout=timeout)
