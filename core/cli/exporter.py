@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.analysis import facts
-from jobprof.analysis.selection import ranges
+from jobprof.analysis.selection import ranges, runs
 from jobprof.files import export, fsio, handover, rawstore
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
@@ -119,22 +119,12 @@ def _record(device_dir: Path, handed: handover.Handover, result: export.ExportRe
     if info is None:
         return
     own = info.setdefault("jobprof", {})
-    own["unrendered"] = _runs(left)
+    own["unrendered"] = [list(r) for r in runs(left)]
     own["background_export"] = {
         "pid": handed.pid, "iterations": handed.count, "rendered": len(result.rendered),
         "files": result.files, "seconds": round(seconds, 3), "problems": list(result.problems),
         "nice": os.getpriority(os.PRIO_PROCESS, 0)}
     fsio.write_with_done(target, json.dumps(info))
-
-
-def _runs(indices: list[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and runs[-1][1] + 1 == i:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return runs
 
 
 class _Log:
