@@ -103,12 +103,13 @@ def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) ->
 
 
 def measure(device_dir: Path, cpu: int | None, passes: int) -> dict[str, Any]:
-    from jobprof.files import export
+    from jobprof.files import batchgc, export
     from jobprof.plugin.manager import PluginManager
     from jobprof.plugin.reporter import Reporter
 
     cpu = max(os.sched_getaffinity(0)) if cpu is None else cpu
     os.sched_setaffinity(0, {cpu})  # one core: the figure is per core
+    batchgc.tune()  # as every jobprof command that reads profiles back
     manager = PluginManager(Reporter())
     manager.load_entry_points()
     meta = export.with_metrics(export.read_meta(device_dir), manager)

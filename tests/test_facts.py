@@ -199,6 +199,36 @@ def test_export_rebuilds_the_facts_files(prof: Path) -> None:
     assert _model(prof) == before
 
 
+def test_export_decodes_each_operator_window_once(prof: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The facts take each iteration's parts as the export renders it: the windows (most of an
+    export's reading) are decoded once, not again for the facts, and the facts are the same as
+    computed from the raw data alone."""
+    from jobprof.cli.main import main
+    from jobprof.files import kinetotrace
+
+    windows = sorted(p.name for p in prof.glob("device_*/data/kineto/window.*.json.gz"))
+    assert len(windows) >= 20  # 2 ranks x 12 iterations, l0
+    decoded: list[str] = []
+    read = kinetotrace.fsio.read_bytes
+
+    def counted(path: Path) -> bytes:
+        if Path(path).parent.name == kinetotrace.FOLDER:
+            decoded.append(Path(path).name)
+        return read(path)
+
+    monkeypatch.setattr(kinetotrace.fsio, "read_bytes", counted)
+    assert main(["export", str(prof)]) == 0
+    assert sorted(decoded) == windows  # each once
+    exported = {p.name: p.read_text().split("\n", 1)[1] for p in _files(prof)}  # below the stamp
+    monkeypatch.undo()
+    for path in _files(prof):
+        path.unlink()
+    manager = PluginManager(Reporter())
+    manager.load_entry_points()
+    facts.write(prof, manager)  # every part from the raw data
+    assert {p.name: p.read_text().split("\n", 1)[1] for p in _files(prof)} == exported
+
+
 def test_export_never_writes_facts_through_a_symlink(prof: Path, tmp_path: Path) -> None:
     victim = tmp_path / "victim.json"
     victim.write_text("untouched")

@@ -17,7 +17,7 @@ from typing import Any, TextIO, TypeVar, cast
 
 from jobprof.analysis.selection import ALL, Selection
 from jobprof.files import fsio, rawstore
-from jobprof.files.profdir import PROF_RE, device_dirs, info_rank, iteration_files
+from jobprof.files.profdir import PROF_RE, device_dirs, device_id, info_rank, iteration_files
 from jobprof.plugin.records import SharedRecord
 from jobprof.plugin.timeline import NAME as MASTER
 from jobprof.plugin.values import Iteration
@@ -81,7 +81,7 @@ class Profile:
     @property
     def _folders(self) -> dict[int, Path]:
         if self._every is None:
-            self._every = {int(d.name.split("_")[1]): d for d in device_dirs(self.path)}
+            self._every = {device_id(d): d for d in device_dirs(self.path)}
         return self._every
 
     @property

@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     #: device folders that hold nothing jobprof wrote (no metadata, no raw data): one line for all
     empty: list[int] = []
     rendered_any = False
+    #: by device, the parts of the iterations rendered here: the facts file reads no window again
+    known: dict[int, dict[int, facts.Parts]] = {}
     for device_dir in devices:
         _wait_for_exporter(device_dir)
         only = _missing(device_dir) if args.wait else None
@@ -50,11 +52,14 @@ def run(args: argparse.Namespace) -> int:
         rendered_any = True
         total = len(only) if only is not None else _stored_iterations(device_dir)
         with bar(total=total, desc=device_dir.name, unit="iteration") as shown:
-            result = export.export_device(device_dir, manager, lambda _done: shown.update(1), only=only)
+            kept = facts.PartsKept(manager)
+            result = export.export_device(device_dir, manager, lambda _done: shown.update(1), only=only,
+                                          on_streams=kept)
+        known[profdir.device_id(device_dir)] = kept.parts
         if not result.problems:
             handover.done(device_dir)  # a stopped exporter's hand-over: its work is done now
         if not result.iterations and _holds_nothing(device_dir):
-            empty.append(int(device_dir.name.split("_")[1]))
+            empty.append(profdir.device_id(device_dir))
             unusable += 1
             continue
         finished = any(device_dir.glob("end_info.*"))
@@ -83,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{prof}: every iteration with raw data is rendered")
     else:
         with rawstore.reporting(lambda text: print(f"  problem: {text}", file=sys.stderr)):
-            facts.write(prof, manager)
+            facts.write(prof, manager, known=known)
     if args.layout == "cann8":
         try:
             with bar(total=cann8.input_files(prof), desc=cann8.FOLDER, unit="file") as shown:

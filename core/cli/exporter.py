@@ -20,11 +20,10 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from jobprof.analysis import facts
 from jobprof.analysis.selection import ranges, runs
-from jobprof.files import export, fsio, handover, rawstore
+from jobprof.files import batchgc, export, fsio, handover, profdir, rawstore
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
@@ -44,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         os.nice(max(0, handover.nice_level() - os.getpriority(os.PRIO_PROCESS, 0)))
     except OSError:
         pass
+    batchgc.tune()
     log = _Log(device_dir)
     try:
         return _export(device_dir, log)
@@ -64,20 +64,10 @@ def _export(device_dir: Path, log: _Log) -> int:
     only = {i for first, last in handed.iterations for i in range(first, last + 1)}
     manager = PluginManager(Reporter())
     manager.load_entry_points()
-    parts: dict[int, Any] = {}
-
-    def keep_parts(index: int, streams: Any) -> None:
-        if streams.get(rawstore.OPS_STREAM):
-            try:
-                found = facts.iteration_parts(manager, streams)
-            except Exception:
-                return  # the facts compute it from the raw data instead
-            if found is not None:
-                parts[index] = found
-
+    kept = facts.PartsKept(manager)
     with rawstore.reporting(log.write):
         result = export.export_device(device_dir, manager, only=only, room=_room(device_dir, handed),
-                                      on_streams=keep_parts)
+                                      on_streams=kept)
     for problem in result.problems:
         log.write(f"problem: {problem}")
     left = sorted(only - set(result.rendered))
@@ -87,16 +77,12 @@ def _export(device_dir: Path, log: _Log) -> int:
                   "raw data is kept")
     _record(device_dir, handed, result, left, time.monotonic() - started)
     with rawstore.reporting(log.write):
-        facts.write(device_dir.parent, manager, devices=[result_device(device_dir)],
-                    known={result_device(device_dir): parts})
+        facts.write(device_dir.parent, manager, devices=[profdir.device_id(device_dir)],
+                    known={profdir.device_id(device_dir): kept.parts})
     rest = f"; not rendered: {', '.join(ranges(left))}" if left else ""
     log.write(f"rendered {len(result.rendered)} of {handed.count} iteration(s) in "
               f"{time.monotonic() - started:.1f} s{rest}")
     return 0 if not result.problems else 1
-
-
-def result_device(device_dir: Path) -> int:
-    return int(device_dir.name.rsplit("_", 1)[1])
 
 
 def _room(device_dir: Path, handed: handover.Handover) -> int | None:
@@ -113,7 +99,7 @@ def _room(device_dir: Path, handed: handover.Handover) -> int | None:
 def _record(device_dir: Path, handed: handover.Handover, result: export.ExportResult, left: list[int],
             seconds: float) -> None:
     """info.json says what the exporter did (read back by summary's notes and `jobprof export`)."""
-    device = result_device(device_dir)
+    device = profdir.device_id(device_dir)
     target = device_dir / f"info.json.{device}"
     info = rawstore.read_info(target)
     if info is None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from jobprof import __version__
 from jobprof.cli import check, diff, export, kineto, merge, plugins, report, summary
 from jobprof.cli._common import printable
-from jobprof.files import rawstore
+from jobprof.files import batchgc, rawstore
 from jobprof.plugin.reporter import Reporter
 
 #: in the order ``jobprof --help`` lists them
@@ -40,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for command in COMMANDS:
         command.register(sub)
     args = parser.parse_args(argv)
+    batchgc.tune()
     reporter = Reporter()
     # every problem the readers find in the profile (a bad line, a bad metadata file) is one
     # warning naming the file; the command goes on with the rest

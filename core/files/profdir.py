@@ -50,10 +50,17 @@ ITERATION_FILE_RE = re.compile(
 FOLDER_EXT = {"timeline": "json", "summary": "csv"}
 
 
+def device_id(device_dir: Path) -> int:
+    """The id in a ``device_<id>`` folder's name (ValueError for any other name)."""
+    named = DEVICE_RE.match(device_dir.name)
+    if named is None:
+        raise ValueError(f"{device_dir.name} is not a device_<id> folder")
+    return int(named.group(1))
+
+
 def device_dirs(prof_dir: Path) -> list[Path]:
     """The ``device_<id>`` folders of a PROF_ folder, by device id."""
-    return sorted((p for p in prof_dir.iterdir() if DEVICE_RE.match(p.name) and p.is_dir()),
-                  key=lambda p: int(p.name.split("_")[1]))
+    return sorted((p for p in prof_dir.iterdir() if DEVICE_RE.match(p.name) and p.is_dir()), key=device_id)
 
 
 def _used_indices(output: str) -> set[int]:
