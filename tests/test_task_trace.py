@@ -576,3 +576,22 @@ def test_cuda_shaped_tasks_in_op_summary_and_timeline(tmp_path):
                      (launches["cudaMemcpyAsync"]["ts"], 13, tasks["Memcpy HtoD (Pageable -> Device)"]["ts"])}
     json_events = json.loads(trace.render_task_time_json(ctx))
     assert [e["name"] for e in json_events if e["ph"] == "X"] == [r["Op Name"] for r in rows]
+
+
+def test_timeline_events_encode_the_same_with_or_without_orjson(tmp_path, monkeypatch):
+    """The master timeline's operator events are encoded by orjson (events_text): the events
+    read back the same as the standard library's encoding of them, and what orjson refuses (a
+    lone surrogate in a name, an integer beyond 64 bits) is encoded by the standard library."""
+    from jobprof.plugin import timeline
+
+    t0 = time.monotonic_ns()
+    events = [{"name": r[0], "pid": 7, "args": {"Input Dims": r[8]}, "tid": r[3], "ts": r[1] / 1000,
+               "dur": r[2] / 1000, "ph": "X"} for r in cuda_records(t0)]
+    fast = timeline.events_text(events)
+    assert json.loads(f"[{fast}]") == events
+    monkeypatch.setattr(timeline, "_orjson", lambda: None)
+    assert json.loads(f"[{timeline.events_text(events)}]") == events
+    monkeypatch.undo()
+    odd = [{"name": "a\udcff", "id": 2**70}]
+    assert timeline.events_text(odd) == json.dumps(odd, ensure_ascii=False)[1:-1]
+    assert timeline.events_text([]) == ""

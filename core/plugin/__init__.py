@@ -67,6 +67,7 @@ from jobprof.plugin.timeline import (
     SYNTHETIC_TID,
     Timeline,
     device_label,
+    events_text,
     process_pid,
 )
 from jobprof.plugin.timeline import dumps as timeline_json
@@ -131,6 +132,7 @@ __all__ = [
     "WriterSpec",
     "assign_lanes",
     "device_label",
+    "events_text",
     "hookimpl",
     "is_dispatch_op",
     "lane_name",

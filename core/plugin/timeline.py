@@ -13,6 +13,7 @@ CPU-only job the device is the host CPU that runs the operators).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -51,6 +52,37 @@ def dumps(value: Any) -> str:
     """JSON text for a timeline file: characters as UTF-8, not ``\\u`` escapes (Perfetto's JSON
     importer shows an escape literally)."""
     return json.dumps(value, ensure_ascii=False)
+
+
+@functools.cache
+def _orjson() -> Any:
+    """orjson, or None where it is not installed (a declared dependency, but jobprof works
+    without it); imported on the first render, never in a profiled job that renders nothing."""
+    try:
+        import orjson
+    except ImportError:
+        return None
+    return orjson
+
+
+def events_text(events: list[dict[str, Any]]) -> str:
+    """The JSON texts of many events, comma-separated: one item for :meth:`Timeline.add_text`.
+
+    orjson encodes a list of event dicts ~4x faster than formatting each event as text in
+    Python (0.7 against 2-3.6 us per operator event, building the dicts included), which is
+    most of the master timeline's cost.  Its output is compact and its floats are the shortest
+    that read back exactly, as ``repr``'s; what it refuses (a lone surrogate in a name, an
+    integer beyond 64 bits) is encoded by :func:`dumps`.
+    """
+    if not events:
+        return ""
+    fast = _orjson()
+    if fast is not None:
+        try:
+            return str(fast.dumps(events)[1:-1], "utf-8")
+        except TypeError:  # orjson.JSONEncodeError is one
+            pass
+    return dumps(events)[1:-1]
 
 
 def process_pid(os_pid: int, n: int = 0) -> int:

@@ -117,10 +117,11 @@ class TaskTable:
         types: dict[str, str] = {}
         self.op_type_cells = [types.get(n) or types.setdefault(n, csv_cell(n)) for n in self.op_types]
         # a compiled graph's tasks carry its Model ID (fusion_op), the others the iteration's
-        model = str(ctx.iteration.model_id)
-        self.models = [model if t.model_id is None else str(t.model_id) for t in tasks]
+        model = ctx.iteration.model_id
+        self.model_ids = [model if t.model_id is None else t.model_id for t in tasks]
+        self.models = [str(m) for m in self.model_ids]  # CSV cells
         self.signatures = Signatures()
-        self._fused: list[str] | None = None
+        self._fused: list[dict[str, str]] | None = None
         self._inputs: Any = None
         self._outputs: Any = None
 
@@ -156,22 +157,24 @@ class TaskTable:
         return self._outputs
 
     @property
-    def fused_args(self) -> list[str]:
-        """``, "Original Ops": "aten::add,aten::relu"`` (JSON text) for a compiled graph's
-        kernels, else empty: appended to a task event's args (built once)."""
+    def fused_dicts(self) -> list[dict[str, str]]:
+        """``{"Original Ops": "aten::add,aten::relu"}`` for a compiled graph's kernels, else
+        empty: merged into a task event's args (one dict per graph, shared; built once)."""
         if self._fused is not None:
             return self._fused
-        out = self._fused = []
-        texts: dict[int, str] = {}
+        out: list[dict[str, str]] = []
+        empty: dict[str, str] = {}
+        made: dict[int, dict[str, str]] = {}
         for t in self.tasks:
             fused = t.fused
             if fused is None:
-                out.append("")
+                out.append(empty)
                 continue
-            text = texts.get(id(fused))
-            if text is None:
-                text = texts[id(fused)] = f', "Original Ops": {json.dumps(",".join(fused.original_ops))}'
-            out.append(text)
+            args = made.get(id(fused))
+            if args is None:
+                args = made[id(fused)] = {"Original Ops": ",".join(fused.original_ops)}
+            out.append(args)
+        self._fused = out
         return out
 
     @property

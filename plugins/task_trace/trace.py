@@ -37,6 +37,7 @@ from jobprof.plugin import (
     OpRecord,
     Timeline,
     device_label,
+    events_text,
     opview,
     records_of,
 )
@@ -99,30 +100,27 @@ def _device_threads(timeline: Timeline, pid: int, tab: TaskTable) -> None:
 
 
 def render_task_time_json(ctx: ExportContext) -> str | None:
-    """The task_time timeline file: the device tasks only, one track per stream.
-
-    Event text is formatted directly (same output as ``json.dumps`` of the event dicts, at a
-    third of the cost; names are encoded by ``json.dumps`` once per distinct name)."""
+    """The task_time timeline file: the device tasks only, one track per stream (the events
+    encoded together by orjson: :func:`jobprof.plugin.events_text`)."""
     tab = table(ctx)
     if tab is None:
         return None
     timeline = Timeline(ctx.pid)
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
-    names: dict[str, str] = {}
     limit, total = event_limit(ctx), len(tab.names)
     keep = min(total, limit)
-    events = [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
-              f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
-              f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}{fused}}}, "ph": "X"}}'
-              for n, sid, ts, d, core, tid, model, fused in islice(zip(
-                  tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.models,
-                  tab.fused_args, strict=True), keep)]
+    events = [events_text([
+        {"name": n, "pid": pid, "tid": sid, "ts": ts, "dur": d,
+         "args": {"Model Id": model, "Task Type": core, "Stream Id": sid, "Task Id": tid, **fused}, "ph": "X"}
+        for n, sid, ts, d, core, tid, model, fused in islice(zip(
+            tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.model_ids,
+            tab.fused_dicts, strict=True), keep)])]
     if keep < total:
         _capped(ctx, limit, "task_time timeline")
         events.append(_marker(pid, tab.ts[keep], keep, total, limit))
     meta = dumps(timeline.metadata)
-    return meta[:-1] + ", " + ", ".join(events) + "]" if events else meta
+    return meta[:-1] + ", " + ", ".join(e for e in events if e) + "]" if keep else meta
 
 
 def _host_lanes(view: opview.OpView) -> dict[int, int]:
@@ -192,66 +190,50 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         [r.tid for r in hosts]
     # args: the operator type, and PyTorch's own trace args for the inputs (every argument as
     # recorded, non-tensors as []); other records (blocks, runtime calls) say what they are.
-    # Formatted as text (see Timeline.add_text): names and arg heads once per distinct name
-    heads: dict[tuple[str, str], str] = {}
-    for r in hosts:
-        key = (r.name, r.kind)
-        if key not in heads:
-            args = f'{{"Op Type": {dumps(opview.op_type(r.name))}' if r.kind == "cpu_op" \
-                else f'{{"Event Type": {dumps(r.kind)}'
-            heads[key] = f'{{"name": {dumps(r.name)}, "pid": {host_pid}, "args": {args}'
-    dtype_text: dict[tuple[str, ...], str] = {}
-    events = [f'{heads[r.name, r.kind]}'
-              f'{_inputs(r, dtype_text) if r.kind == "cpu_op" and r.shapes is not None else ""}}}, '
-              f'"tid": {tid}, "ts": {t!r}, "dur": {r.dur / 1000!r}, "ph": "X"}}'
-              for r, s, t, tid in zip(hosts, starts, ts, tracks, strict=True)]
+    # Dicts encoded together by orjson (events_text); an args dict without inputs is shared
+    plain = {(r.name, r.kind): {"Op Type": opview.op_type(r.name)} if r.kind == "cpu_op"
+             else {"Event Type": r.kind} for r in hosts}
+    events: list[dict] = [
+        {"name": r.name, "pid": host_pid,
+         "args": {"Op Type": plain[r.name, r.kind]["Op Type"], "Input Dims": r.shapes, "Input type": r.dtypes}
+         if r.shapes is not None and r.kind == "cpu_op" else plain[r.name, r.kind],
+         "tid": tid, "ts": t, "dur": r.dur / 1000, "ph": "X"}
+        for r, t, tid in zip(hosts, ts, tracks, strict=True)]
     if tab is not None:
         _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events)
+    texts = [events_text(events)]
     if view.has_device:
-        _add_device_ranges(ctx, timeline, records, cut, events)
+        _add_device_ranges(ctx, timeline, records, cut, texts)
     if cut is not None:
         kept = len(hosts) + _PER_TASK * n_tasks
         _capped(ctx, limit, "master timeline")
-        events.append(_marker(host_pid, (cut + offset) / 1000, kept, total, limit))
-    timeline.add_text(events)
+        texts.append(_marker(host_pid, (cut + offset) / 1000, kept, total, limit))
+    timeline.add_text(texts)
     _add_overlap(ctx, timeline, view)
-
-
-def _inputs(record: OpRecord, dtype_text: dict[tuple[str, ...], str]) -> str:
-    """``, "Input Dims": [...], "Input type": [...]`` as JSON text.
-
-    ``str()`` of a list of int lists is already JSON; the dtype list's text is made once per
-    distinct list (json.dumps: names may hold anything)."""
-    key = tuple(record.dtypes or ())  # recorded with shapes: the caller checks
-    names = dtype_text.get(key)
-    if names is None:
-        names = dtype_text[key] = dumps(record.dtypes)
-    return f', "Input Dims": {record.shapes}, "Input type": {names}'
 
 
 def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab: TaskTable, count: int,
                host_pid: int, track: dict[int, int], ts_of: dict[int, float],
-               events: list[str]) -> None:
+               events: list[dict]) -> None:
     """The first ``count`` tasks (all, unless the iteration is capped) and their flows."""
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
-    names: dict[str, str] = {}
-    events += [f'{{"name": {names.get(n) or names.setdefault(n, dumps(n))}, "pid": {pid}, '
-               f'"tid": {sid}, "ts": {ts!r}, "dur": {d!r}, "args": {{"Model Id": {model}, '
-               f'"Task Type": "{core}", "Stream Id": {sid}, "Task Id": {tid}{fused}}}, "ph": "X"}}'
+    events += [{"name": n, "pid": pid, "tid": sid, "ts": ts, "dur": d,
+                "args": {"Model Id": model, "Task Type": core, "Stream Id": sid, "Task Id": tid, **fused},
+                "ph": "X"}
                for n, sid, ts, d, core, tid, model, fused in islice(zip(
-                   tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.models,
-                   tab.fused_args, strict=True), count)]
+                   tab.names, tab.streams, tab.ts, tab.tdur, tab.core_types, tab.task_ids, tab.model_ids,
+                   tab.fused_dicts, strict=True), count)]
     records = view.records
     tasks = tab.tasks[:count]
     sources = [view.launch_of(t) for t in tasks] if view.has_device else [t.index for t in tasks]
-    head = f'{{"name": "{FLOW_CAT}", "cat": "{FLOW_CAT}", "id": '
     for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams[:count], tab.ts[:count], strict=True)):
         if source not in ts_of:
             continue  # a kernel whose launch was not recorded (-1)
-        events.append(f'{head}{flow}, "ph": "s", "pid": {host_pid}, '
-                      f'"tid": {track.get(source, records[source].tid)}, "ts": {ts_of[source]!r}}}')
-        events.append(f'{head}{flow}, "ph": "f", "bp": "e", "pid": {pid}, "tid": {sid}, "ts": {ts!r}}}')
+        events.append({"name": FLOW_CAT, "cat": FLOW_CAT, "id": flow, "ph": "s", "pid": host_pid,
+                       "tid": track.get(source, records[source].tid), "ts": ts_of[source]})
+        events.append({"name": FLOW_CAT, "cat": FLOW_CAT, "id": flow, "ph": "f", "bp": "e", "pid": pid,
+                       "tid": sid, "ts": ts})
 
 
 def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[OpRecord], cut: int | None,
