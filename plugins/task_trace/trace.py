@@ -191,8 +191,8 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     # args: the operator type, and PyTorch's own trace args for the inputs (every argument as
     # recorded, non-tensors as []); other records (blocks, runtime calls) say what they are.
     # Dicts encoded together by orjson (events_text); an args dict without inputs is shared
-    plain = {(r.name, r.kind): {"Op Type": opview.op_type(r.name)} if r.kind == "cpu_op"
-             else {"Event Type": r.kind} for r in hosts}
+    plain = {(name, kind): {"Op Type": opview.op_type(name)} if kind == "cpu_op" else {"Event Type": kind}
+             for name, kind in {(r.name, r.kind) for r in hosts}}
     events: list[dict] = [
         {"name": r.name, "pid": host_pid,
          "args": {"Op Type": plain[r.name, r.kind]["Op Type"], "Input Dims": r.shapes, "Input type": r.dtypes}
