@@ -182,11 +182,11 @@ def export_device(device_dir: Path, manager: PluginManager,
             if room is not None and written >= room:
                 no_room.append(index)
                 continue
-            if on_streams is not None:
-                on_streams(index, streams)
             made = render_iteration(device_dir, meta, streams, writers,
                                     lambda p, m: problems.append(f"plugin '{p}': {m}"),
                                     lambda i, note: notes.setdefault(note, []).append(i))
+            if on_streams is not None:  # after the files: a hook it calls that fails cannot cost them
+                on_streams(index, streams)
             files += len(made)
             written += sum(size for _, size in made)
             rendered.append(index)

@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import COMMUNICATION, COMMUNICATION_BLOCKING, NA, Section
+from jobprof.plugin import COMMUNICATION, COMMUNICATION_BLOCKING, NA, CollectiveRecord, Section, records_of
 from jobprof.plugins.hccl.collectives import bandwidths
 from jobprof.plugins.hccl.writer import STREAM
 
@@ -27,16 +27,19 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     # (op, group) -> [count, ns, bytes, rank size, failed]
     totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     iterations: set[int] = set()
-    for r in profile.records(STREAM, device):
-        if r.get("duration_unknown"):
+    # through the declaration: a damaged record is left out, never a KeyError that disables the
+    # plugin; a timed collective as the plugin writes it has its group, bytes and rank size
+    for _device, iteration, r in profile.typed(CollectiveRecord, device):
+        group = r.group_desc or r.group
+        if r.duration_unknown or group is None or r.bytes is None or r.rank_size is None:
             continue
-        entry = totals[(r["op"], r.get("group_desc") or r["group"])]
+        entry = totals[(r.op, group)]
         entry[0] += 1
-        entry[1] += r["end_ns"] - r["start_ns"]
-        entry[2] += r["bytes"]
-        entry[3] = r["rank_size"]
-        entry[4] += r.get("state") == "failed"
-        iterations.add(r["_iteration"])
+        entry[1] += r.end_ns - r.start_ns
+        entry[2] += r.bytes
+        entry[3] = r.rank_size
+        entry[4] += r.state == "failed"
+        iterations.add(iteration)
     if not totals:
         return None
     return {"ops": [[op, group, *values] for (op, group), values in totals.items()],
@@ -70,12 +73,12 @@ def communication_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | N
     pass has no compute left then) to the last bucket's end."""
     if STREAM not in streams:
         return None
-    records = [r for r in streams[STREAM] if isinstance(r, dict) and not r.get("duration_unknown")
-               and r.get("start_ns") is not None and r.get("end_ns") is not None]
-    blocking = [(r["start_ns"], r["end_ns"]) for r in records
-                if not r.get("async") and not r.get("in_backward")]
-    buckets = [r for r in records if r.get("in_backward")]
+    # through the declaration, which refuses a damaged record (a span of one would disable the
+    # plugin for the rest of the command, its timeline tracks included)
+    records = [r for r in records_of(streams, CollectiveRecord) if not r.duration_unknown]
+    blocking = [(r.start_ns, r.end_ns) for r in records if not r.is_async and not r.in_backward]
+    buckets = [r for r in records if r.in_backward]
     if buckets:
-        blocking.append((max(r["start_ns"] for r in buckets), max(r["end_ns"] for r in buckets)))
-    return {COMMUNICATION: [(r["start_ns"], r["end_ns"]) for r in records],
+        blocking.append((max(r.start_ns for r in buckets), max(r.end_ns for r in buckets)))
+    return {COMMUNICATION: [(r.start_ns, r.end_ns) for r in records],
             COMMUNICATION_BLOCKING: blocking}
