@@ -162,7 +162,7 @@ def export_device(device_dir: Path, manager: PluginManager,
     """Re-render every iteration whose raw data is present in one device folder (with
     ``only``: those it holds).  ``room``: bytes the rendered files may take; once they took it,
     the rest is left unrendered (:attr:`ExportResult.no_room`).  ``on_streams(index, streams)``
-    sees each iteration's records as it is rendered (the background exporter keeps its summary
+    sees each iteration's records once its files are written (the exporters keep its summary
     parts for the facts file)."""
     try:
         meta = read_meta(device_dir)
