@@ -110,7 +110,7 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
     _device_threads(timeline, pid, tab)
     limit, total = event_limit(ctx), len(tab.names)
     keep = min(total, limit)
-    events = [events_text([
+    texts = [events_text([
         {"name": n, "pid": pid, "tid": sid, "ts": ts, "dur": d,
          "args": {"Model Id": model, "Task Type": core, "Stream Id": sid, "Task Id": tid, **fused}, "ph": "X"}
         for n, sid, ts, d, core, tid, model, fused in islice(zip(
@@ -118,9 +118,10 @@ def render_task_time_json(ctx: ExportContext) -> str | None:
             tab.fused_dicts, strict=True), keep)])]
     if keep < total:
         _capped(ctx, limit, "task_time timeline")
-        events.append(_marker(pid, tab.ts[keep], keep, total, limit))
+        texts.append(_marker(pid, tab.ts[keep], keep, total, limit))
+    texts = [t for t in texts if t]  # events_text of no task is ""
     meta = dumps(timeline.metadata)
-    return meta[:-1] + ", " + ", ".join(e for e in events if e) + "]" if keep else meta
+    return meta[:-1] + ", " + ", ".join(texts) + "]" if texts else meta
 
 
 def _host_lanes(view: opview.OpView) -> dict[int, int]:
