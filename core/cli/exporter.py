@@ -76,9 +76,9 @@ def _export(device_dir: Path, log: _Log) -> int:
                   "storage budget (storage_limit, or a share of the free disk) is used up; their "
                   "raw data is kept")
     _record(device_dir, handed, result, left, time.monotonic() - started)
+    device = profdir.device_id(device_dir)
     with rawstore.reporting(log.write):
-        facts.write(device_dir.parent, manager, devices=[profdir.device_id(device_dir)],
-                    known={profdir.device_id(device_dir): kept.parts})
+        facts.write(device_dir.parent, manager, devices=[device], known={device: kept.parts})
     rest = f"; not rendered: {', '.join(ranges(left))}" if left else ""
     log.write(f"rendered {len(result.rendered)} of {handed.count} iteration(s) in "
               f"{time.monotonic() - started:.1f} s{rest}")
