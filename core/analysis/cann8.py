@@ -36,7 +36,7 @@ import attrs
 
 from jobprof.analysis.merge import Rewriter, TraceWriter, load_events, read_sources
 from jobprof.files import csvsafe, fsio
-from jobprof.files.profdir import DEVICE_RE, device_dirs, iteration_files
+from jobprof.files.profdir import device_dirs, device_id, iteration_files
 
 FOLDER = "mindstudio_profiler_output"
 #: msprof splits a table past this many rows (header excluded) into slices
@@ -63,9 +63,7 @@ def _per_name(prof: Path, folder: str) -> dict[str, dict[int, list[Path]]]:
     """``{name: {device: [paths in iteration order]}}`` of one folder kind of every device."""
     found: dict[str, dict[int, list[Path]]] = {}
     for device_dir in device_dirs(prof):
-        named = DEVICE_RE.match(device_dir.name)
-        assert named is not None  # device_dirs() keeps only DEVICE_RE names
-        device = int(named.group(1))
+        device = device_id(device_dir)
         for file in iteration_files(device_dir, folder):
             found.setdefault(file.name, {}).setdefault(device, []).append(file.path)
     return {name: dict(sorted(devices.items())) for name, devices in sorted(found.items())}

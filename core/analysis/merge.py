@@ -27,7 +27,7 @@ import attrs
 from jobprof.analysis.selection import ranges, window
 from jobprof.files import fsio, jsonread, rawstore
 from jobprof.files.fsio import STDOUT, StreamedFile, make_dirs
-from jobprof.files.profdir import DEVICE_RE, IterationFile, device_dirs, info_rank, iteration_files
+from jobprof.files.profdir import IterationFile, device_dirs, device_id, info_rank, iteration_files
 from jobprof.plugin.clock import ClockAnchor, own_base, ts_ns
 from jobprof.plugin.timeline import PID_BASE
 
@@ -103,9 +103,7 @@ def read_sources(prof: Path) -> list[RankSource]:
     ordered by rank then device; metadata read through :mod:`jobprof.files.rawstore`'s checks."""
     sources = []
     for path in device_dirs(prof):
-        named = DEVICE_RE.match(path.name)
-        assert named is not None  # device_dirs() keeps only DEVICE_RE names
-        device = int(named.group(1))
+        device = device_id(path)
         info = rawstore.read_info(path / f"info.json.{device}") or {}
         rank = info_rank(info)
         base, unknown = _time_base(path, device, info)

@@ -14,9 +14,8 @@ from typing import Any
 
 import attrs
 
-from jobprof.files import csvsafe, rawstore
+from jobprof.files import csvsafe, profdir, rawstore
 from jobprof.files.fsio import atomic_write, make_dirs
-from jobprof.files.profdir import DEVICE_RE
 from jobprof.plugin import timeline
 from jobprof.plugin.clock import ClockAnchor, own_base
 from jobprof.plugin.manager import PluginManager
@@ -105,10 +104,7 @@ def _render(ctx: ExportContext, device_dir: Path, meta: DeviceMeta, writers: Ite
 
 def read_meta(device_dir: Path) -> DeviceMeta:
     """Load the device's id, pid, clock anchor and recorded options from its metadata."""
-    named = DEVICE_RE.match(device_dir.name)
-    if named is None:  # device_dirs lists only device_<id> folders; was an AttributeError here
-        raise ValueError(f"{device_dir.name} is not a device_<id> folder")
-    device_id = int(named.group(1))
+    device_id = profdir.device_id(device_dir)  # ValueError for a folder not named device_<id>
     # through the readers' checks (rawstore), which name a present but unusable file
     start = rawstore.read_start(device_dir / f"start_info.{device_id}")
     info = rawstore.read_info(device_dir / f"info.json.{device_id}")

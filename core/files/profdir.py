@@ -243,9 +243,7 @@ class IterationFile:
 def iteration_files(device_dir: Path, folder: str, name: str | None = None) -> list[IterationFile]:
     """The writers' files in ``device_dir/<folder>`` (``timeline`` or ``summary``), of writer
     ``name`` or of all, in iteration order; only those named for this folder's device."""
-    named = DEVICE_RE.match(device_dir.name)
-    assert named is not None  # callers pass device_dirs() entries
-    device = int(named.group(1))
+    device = device_id(device_dir)
     base = device_dir / folder
     found = []
     for path in base.glob(f"{name or '*'}_*.{FOLDER_EXT[folder]}") if base.is_dir() else ():
