@@ -105,7 +105,7 @@ def _cell(value: Any) -> Any:
 def section_json(section: Section) -> dict[str, Any]:
     return {"title": section.title, "columns": list(section.columns), "headers": list(section.headers),
             "rows": [[_cell(c) for c in row] for row in section.rows], "notes": list(section.notes),
-            "findings": [attrs.asdict(f) for f in section.findings]}
+            "findings": [attrs.asdict(f) for f in section.findings], "chart": list(section.chart)}
 
 
 def summarize(profile: Profile, manager: PluginManager, progress: Progress = quiet, engine: str = "local",

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.files import fsio, jsonread
-from jobprof.plugin.records import CONCRETE, DEVICE_KINDS, OpRecord
+from jobprof.plugin.records import CONCRETE, DEVICE_KINDS, MemoryEvent, OpRecord
 
 #: the folder of window files, inside a device's ``data/``
 FOLDER = "kineto"
@@ -145,7 +145,8 @@ def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[OpRecord]:
+def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool,
+               memory: list[MemoryEvent] | None = None) -> list[OpRecord]:
     """Kineto's Chrome trace of one window as ``ops`` records (monotonic ns), in start order.
 
     The order: by start, ties in Kineto's own event order (``Ev Idx``).
@@ -161,11 +162,19 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[O
     * kernels, copies, fills: device, stream (the record's thread), the launch's correlation
       (``link``) and the rest of Kineto's args (grid, block, bytes ...) as ``extra``;
     * device ranges (``gpu_user_annotation``): device, stream, ``extra`` as Kineto wrote it.
+
+    With ``memory`` (a list), the window's allocator events (``[memory]``, recorded when the
+    capture profiles memory) are appended to it as :class:`MemoryEvent` s, in time order.
     """
     base = int(trace.get("baseTimeNanoseconds") or 0) - offset_ns
     out: list[tuple[int, int, OpRecord]] = []
+    mem: list[tuple[int, int, MemoryEvent]] = []
     for e in trace.get("traceEvents") or ():
         if e.get("ph") != "X":
+            if memory is not None and e.get("name") == "[memory]" and e.get("ph") == "i":
+                event = _memory_event(e, base)
+                if event is not None:
+                    mem.append((event.ts, _int((e.get("args") or {}).get("Ev Idx"), 0), event))
             continue
         kind = e.get("cat")
         if kind == "Trace":  # the window's own span, not an event of the program
@@ -200,7 +209,27 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool) -> list[O
                                  corr, link, input_shapes, dtypes, strides, 0, extra))
         out.append((start, args.get("Ev Idx", 0), record))
     out.sort(key=lambda item: (item[0], item[1]))
+    if memory is not None and mem:
+        mem.sort(key=lambda item: (item[0], item[1]))
+        memory.extend(item[2] for item in mem)
     return [item[2] for item in out]
+
+
+def _memory_event(e: Mapping[str, Any], base: int) -> MemoryEvent | None:
+    """One ``[memory]`` instant event as a record; None when it lacks its size or address (not
+    one Kineto's memory profiling writes).  Kineto writes ``Total Reserved`` 0 for the CPU
+    allocator, which has no reserve: -1 (N/A) there."""
+    args = e.get("args") or {}
+    size, addr, ts = args.get("Bytes"), args.get("Addr"), e.get("ts")
+    if not isinstance(size, int) or not isinstance(addr, int) or not isinstance(ts, (int, float)):
+        return None
+    kind = _int(args.get("Device Type"), 0)
+    reserved = _int(args.get("Total Reserved"), -1)
+    if kind == 0 and reserved == 0:
+        reserved = -1
+    tid = e.get("tid", 0)
+    return MemoryEvent(base + round(ts * 1000), size, addr, _int(args.get("Total Allocated"), -1), reserved,
+                       kind, _int(args.get("Device Id"), -1), tid if isinstance(tid, int) else 0)
 
 
 def owner_times(records: list[OpRecord]) -> list[int]:
@@ -219,11 +248,14 @@ class _Window:
     """One window's records, in the order of the times that decide their iteration
     (:func:`owner_times`), and those times."""
 
-    def __init__(self, records: list[OpRecord]) -> None:
+    def __init__(self, records: list[OpRecord], memory: list[MemoryEvent] | None = None) -> None:
         owners = owner_times(records)
         order = sorted(range(len(records)), key=owners.__getitem__)  # stable: start order within
         self.records = [records[i] for i in order]
         self.starts = [owners[i] for i in order]
+        #: the allocator events, in time order, and their times
+        self.memory = memory or []
+        self.memory_ts = [m.ts for m in self.memory]
 
 
 class Windows:
@@ -246,7 +278,8 @@ class Windows:
             trace = jsonread.loads(gzip.decompress(fsio.read_bytes(self.data_dir / FOLDER / name)))
             if not isinstance(trace, dict):
                 raise ValueError(f"{name} is not a Chrome trace object")
-            window = _Window(records_of(trace, offset_ns, shapes))
+            memory: list[MemoryEvent] = []
+            window = _Window(records_of(trace, offset_ns, shapes, memory), memory)
             if len(self._cache) >= self.KEEP:
                 self._cache.pop(next(iter(self._cache)))
             self._cache[name] = window
@@ -274,4 +307,18 @@ class Windows:
                     if r.start + r.dur > start_ns and r.kind not in _DEVICE_CATS:
                         taken.append(r._replace(start=start_ns, dur=r.start + r.dur - start_ns))
         taken.sort(key=attrgetter("start"))
+        return taken
+
+    def resolve_memory(self, refs: list[Any], start_ns: int, end_ns: int) -> list[MemoryEvent]:
+        """The allocator events in ``[start_ns, end_ns)`` of the windows ``refs`` names (after
+        :meth:`resolve` of the same refs, whose windows are cached), in time order."""
+        taken: list[MemoryEvent] = []
+        for ref in refs:
+            if not isinstance(ref, dict) or not isinstance(ref.get(KEY), str):
+                continue
+            window = self._load(ref[KEY], int(ref.get("offset_ns", 0)), bool(ref.get("shapes")))
+            if window.memory:
+                ts = window.memory_ts
+                taken.extend(window.memory[bisect_left(ts, start_ns):bisect_left(ts, end_ns)])
+        taken.sort(key=attrgetter("ts"))
         return taken

@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from jobprof.files import fsio, jsonread, kinetotrace
-from jobprof.plugin.records import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
+from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREAM, PROFILER_STREAM
 
 # ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.types ("core streams") and
 # kept importable from here.  PROFILER_STREAM: jobprof's own work inside the iteration, in the
@@ -340,6 +340,9 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
     iteration = streams[ITERATION_STREAM][0]
     try:
         streams[OPS_STREAM] = windows.resolve(refs, iteration["start_ns"], iteration["end_ns"])
+        memory = windows.resolve_memory(refs, iteration["start_ns"], iteration["end_ns"])
+        if memory:  # the allocator events of the same windows (task_memory): the core's stream
+            streams[OP_MEMORY_STREAM] = memory
     except (OSError, ValueError, EOFError, KeyError, TypeError) as exc:  # gzip, json, a bad file
         del streams[OPS_STREAM]
         detail = f"{Path(exc.filename).name}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename \

@@ -43,7 +43,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.ops import atfork, torchapi
+from jobprof.ops import atfork, memwarn, torchapi
 
 # the record layout is the contract's declaration (jobprof.plugin.records, "core streams")
 from jobprof.plugin.records import OPS_STREAM
@@ -71,10 +71,13 @@ class Detail:
     #: CUPTI metric names measured per kernel (e.g. ``lts__t_sector_hit_rate.pct``); CUDA only.
     #: UNVERIFIED on a GPU so far: Kineto's range-profiler mode, values land in the extra field
     cupti_metrics: tuple[str, ...] = attrs.field(converter=_strs, default=())
+    #: the allocators' allocations and frees (Kineto's memory profiling: task_memory)
+    memory: bool = False
 
     def merge(self, other: Detail) -> Detail:
         metrics = tuple(dict.fromkeys(self.cupti_metrics + other.cupti_metrics))
-        return Detail(self.shapes or other.shapes, self.cuda or other.cuda, metrics)
+        return Detail(self.shapes or other.shapes, self.cuda or other.cuda, metrics,
+                      self.memory or other.memory)
 
 
 class _OpenBlocks:
@@ -174,7 +177,7 @@ class OpCapture:
         self._autograd = torch.autograd
         self._ops = torch.ops.profiler
         experimental = torchapi.experimental_config(list(detail.cupti_metrics) if detail.cuda else [])
-        self._config = torchapi.profiler_config(detail.shapes, experimental)
+        self._config = torchapi.profiler_config(detail.shapes, experimental, detail.memory)
         self._activities = {ProfilerActivity.CPU}
         if detail.cuda:
             self._activities.add(ProfilerActivity.CUDA)
@@ -221,6 +224,8 @@ class OpCapture:
         self.paused = False
         #: when the window of the sampled iteration now running began (after a pause), else None
         self.resumed_ns: int | None = None
+        #: blocks :mod:`jobprof.ops.memwarn` keeps until memory profiling is off
+        self._probes: list[Any] = []
 
     def warm_up(self) -> None:
         """Start and stop one empty Kineto session on this thread: the one that imported torch.
@@ -252,9 +257,12 @@ class OpCapture:
                                "operator capture stays off (the other plugins carry on)")
                     return
                 self._install_yield()
+                blocks = memwarn.probes(self._torch) if self.detail.memory else []
                 self._window_ns = time.monotonic_ns()
                 self.kineto_started = True
                 self._enable_first()
+                # c10 warns on stderr as memory profiling meets blocks allocated before it
+                self._probes = memwarn.absorb(blocks)
                 self.owner = threading.get_ident()
                 # stopped on this thread as it ends (a training thread that returns), or its
                 # Kineto state dies with it and the process crashes at exit
@@ -428,7 +436,8 @@ class OpCapture:
             except Exception:
                 pass
             self._python_flag(False)
-            self._config = torchapi.profiler_config(self.detail.shapes, torchapi.experimental_config([]))
+            self._config = torchapi.profiler_config(self.detail.shapes, torchapi.experimental_config([]),
+                                                   self.detail.memory)
             self._enable()
             self._warn(f"CUPTI metrics unavailable ({type(exc).__name__}: {exc}); operators are "
                        "captured without them, the metric columns that need them are N/A")
@@ -535,6 +544,7 @@ class OpCapture:
                 except Exception:
                     pass
                 self._python_flag(False)
+            self._probes = []  # freed with memory profiling off: silent
             self._owner_stopped.set()
         self.state = "stopped"
         self._remove_wrappers()

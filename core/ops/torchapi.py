@@ -38,12 +38,13 @@ def experimental_config(metrics: list[str]) -> Any:
         return _ExperimentalConfig()
 
 
-def profiler_config(shapes: bool, experimental: Any) -> Any:
-    """The ``ProfilerConfig`` of a Kineto session: input shapes as asked, no memory, stack,
-    FLOP or module records (jobprof computes FLOPs from shapes; the others cost per op)."""
+def profiler_config(shapes: bool, experimental: Any, memory: bool = False) -> Any:
+    """The ``ProfilerConfig`` of a Kineto session: input shapes and allocator events
+    (``memory``) as asked, no stack, FLOP or module records (jobprof computes FLOPs from shapes;
+    the others cost per op)."""
     from torch.autograd import ProfilerConfig, ProfilerState
 
-    return ProfilerConfig(ProfilerState.KINETO, shapes, False, False, False, False, experimental)
+    return ProfilerConfig(ProfilerState.KINETO, shapes, memory, False, False, False, experimental)
 
 
 def set_python_flag(profiler_module: Any, on: bool) -> None:

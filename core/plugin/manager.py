@@ -41,7 +41,7 @@ import pluggy
 
 from jobprof.plugin import hookspec, moved
 from jobprof.plugin.hookspec import Answer
-from jobprof.plugin.records import ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM
+from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREAM, PROFILER_STREAM
 from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.results import DiffTable, Section
 from jobprof.plugin.values import MetricSet, PartSource, PluginRecord, WriterSpec
@@ -55,7 +55,7 @@ GROUP = "jobprof"
 DISABLE_ENV = "JOBPROF_DISABLE_PLUGINS"
 BUILTIN_DIST = "jobprof"
 #: the core's own raw streams (iterations, operators, jobprof's own time); no plugin may write them
-CORE_STREAMS = frozenset({ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM})
+CORE_STREAMS = frozenset({ITERATION_STREAM, OPS_STREAM, PROFILER_STREAM, OP_MEMORY_STREAM})
 _STREAM_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 _HOOKS = frozenset(n for n in dir(hookspec) if n.startswith("jobprof_"))
 _HANDOVER = "jobprof_iteration_end"

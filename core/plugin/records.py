@@ -38,6 +38,7 @@ __all__ = [
     "LINK",
     "NAME",
     "OPS_STREAM",
+    "OP_MEMORY_STREAM",
     "PROFILER_STREAM",
     "SHAPES",
     "START",
@@ -47,6 +48,7 @@ __all__ = [
     "CollectiveRecord",
     "CompiledGraphRecord",
     "FusedKernel",
+    "MemoryEvent",
     "OpRecord",
     "SharedRecord",
     "StepPointsRecord",
@@ -95,6 +97,35 @@ class OpRecord(NamedTuple):
     #: device work: the rest of Kineto's args (grid, block, bytes ...); a host operator recorded
     #: with shapes: {CONCRETE: Kineto's ``Concrete Inputs``, one string per argument}; or None
     extra: dict[str, Any] | None = None
+
+
+#: the allocator events the operator capture recorded with ``task_memory`` on (Kineto's
+#: ``[memory]`` events of the same windows): one :class:`MemoryEvent` each, derived from the
+#: ``ops`` stream's windows on reading (never stored, never a plugin's)
+OP_MEMORY_STREAM = "op_memory"
+
+
+class MemoryEvent(NamedTuple):
+    """One allocation or free of a PyTorch allocator, as Kineto recorded it (``[memory]``).
+
+    ``total_allocated`` / ``total_reserved`` are the allocator's own counters just after the
+    event.  On CUDA they are the caching allocator's (``torch.cuda.memory_allocated`` /
+    ``memory_reserved``).  On CPU, torch counts only the blocks it saw allocated while memory
+    profiling was on (a block allocated before the capture is not in it) and has no reserve:
+    ``total_reserved`` is then -1 (N/A).  Times are monotonic ns."""
+
+    ts: int
+    #: > 0: an allocation of that many bytes; < 0: a free
+    bytes: int
+    addr: int
+    total_allocated: int
+    total_reserved: int
+    #: c10's device type: 0 CPU, 1 CUDA (others as c10 numbers them)
+    device_type: int
+    #: the device index; -1 on the host
+    device: int
+    #: the OS thread that allocated or freed
+    tid: int
 
 
 #: the field positions of an ``ops`` record in its JSON array form (records stored inline, before

@@ -84,6 +84,9 @@ class Section:
     key: str = attrs.field(default="")
     findings: tuple[Finding, ...] = attrs.field(converter=_findings, factory=tuple)
     columns: tuple[str, ...] = attrs.field(converter=str_tuple, factory=tuple)
+    #: columns (machine keys) the HTML report draws as lines over the first column, which holds
+    #: an iteration number (e.g. a value per iteration); empty: no chart
+    chart: tuple[str, ...] = attrs.field(converter=str_tuple, factory=tuple)
 
     def __attrs_post_init__(self) -> None:
         # derived defaults on a frozen class: set once, here

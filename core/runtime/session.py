@@ -35,7 +35,7 @@ from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.values import Config, Iteration
 from jobprof.runtime.sink import SIGTERM_RENDER_S, Sink
-from jobprof.runtime.steps import StepDetector
+from jobprof.runtime.steps import ModuleCalls, StepDetector
 from jobprof.runtime.storage import RESERVE as STORAGE_RESERVE
 from jobprof.runtime.storage import StorageBudget
 from jobprof.runtime.torch_import import when_imported
@@ -68,6 +68,7 @@ class Session:
         self._hurried_by = ""
         self._signal_during_finish: int | None = None
         self._ops_detail: Detail | None = None
+        self._op_memory = False
         self._rank: dict[str, Any] = {}
         #: what plugins add to info.json's ``jobprof`` section (e.g. the calibration)
         self.info: dict[str, Any] = {}
@@ -123,6 +124,17 @@ class Session:
             for root in list(self.detector.roots):
                 timed(root)
 
+    def module_calls(self) -> ModuleCalls | None:
+        """The recorder of module calls (see PluginSession.module_calls), or None."""
+        return self.detector.module_calls if self.detector is not None else None
+
+    def _record_module_calls(self) -> None:
+        detector = self.detector
+        if detector is not None and detector.module_calls is None:
+            calls = ModuleCalls()
+            self.on_root_module(calls.name_root, "module paths")
+            detector.module_calls = calls
+
     def _timed_listener(self, listener: Callable[[Any], None], what: str, module: Any) -> None:
         start = time.monotonic_ns()
         try:
@@ -151,6 +163,13 @@ class Session:
         """
         wanted = Detail(shapes, False, cupti_metrics)
         self._ops_detail = wanted if self._ops_detail is None else self._ops_detail.merge(wanted)
+
+    def request_op_memory(self) -> None:
+        """If the operator capture runs (some plugin asked for operators), also record the
+        allocators' allocations and frees with it (the core stream ``op_memory``) and every
+        module call (:meth:`module_calls`); alone, asks for nothing (see
+        PluginSession.request_op_memory)."""
+        self._op_memory = True
 
     @property
     def iteration_method(self) -> str | None:
@@ -189,7 +208,7 @@ class Session:
         except Exception:
             cuda = False
         assert self._ops_detail is not None  # called only when some plugin asked for operators
-        detail = attrs.evolve(self._ops_detail, cuda=cuda)
+        detail = attrs.evolve(self._ops_detail, cuda=cuda, memory=self._op_memory)
         try:
             ops = self.ops = OpCapture(torch, detail, self.reporter.warning)
             ops.every = int(self.config.get("task_trace_every") or 1)
@@ -197,6 +216,8 @@ class Session:
         except Exception as exc:  # a torch without the profiler API we use
             self.reporter.warning(f"operator capture unavailable on torch {torch.__version__}: {exc!r}")
             return
+        if detail.memory:  # the module path of each allocation
+            self._record_module_calls()
         # started at the first root forward: DataLoader workers never run one, and nothing
         # before it belongs to an iteration (self.ops is never replaced once set)
         self.on_root_module(lambda module: ops.start(), "operator capture start")

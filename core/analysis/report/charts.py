@@ -106,8 +106,9 @@ def breakdown(model: dict[str, Any], ranks: Collection[int] | None = None) -> st
 
 
 def _lines(cls: str, title: str, y_label: str, series: dict[int, list[tuple[int, float]]],
-           bold: int | None, notes: dict[int, str]) -> str:
-    """One line per rank over the iteration number (each binned to at most MAX_BARS points)."""
+           bold: int | None, notes: dict[int, str], labels: dict[int, str] | None = None) -> str:
+    """One line per rank (or per ``labels`` entry) over the iteration number (each binned to at
+    most MAX_BARS points)."""
     points = [p for s in series.values() for p in s]
     if not points:
         return ""
@@ -122,16 +123,20 @@ def _lines(cls: str, title: str, y_label: str, series: dict[int, list[tuple[int,
 
     svg = [open_svg(cls, title, frame, f'data-series="{len(series)}"'), y_axis(frame, ticks, y_label)]
     keys = []
+
+    def name(key: int) -> str:
+        return labels[key] if labels is not None else f"rank {key}"
+
     for n, (rank, xy) in enumerate(sorted(binned.items())):
         colour = PALETTE[n % len(PALETTE)]
         coords = " ".join(f"{fx(i):.1f},{frame.y(v):.1f}" for i, v in xy)
         width = 3 if rank == bold else 1.5
         svg.append(f'<polyline class="series" data-rank="{rank}" points="{coords}" fill="none" '
-                   f'stroke="{colour}" stroke-width="{width}"><title>rank {rank}</title></polyline>')
+                   f'stroke="{colour}" stroke-width="{width}"><title>{escape(name(rank))}</title></polyline>')
         if len(xy) == 1:  # a single point draws no line
             cx, cy = fx(xy[0][0]), frame.y(xy[0][1])
             svg.append(f'<circle cx="{cx:.1f}" cy="{cy:.1f}" r="3" fill="{colour}"/>')
-        keys.append((colour, f"rank {rank}{notes.get(rank, '')}"))
+        keys.append((colour, f"{name(rank)}{notes.get(rank, '')}"))
     step = max(1, math.ceil((hi - lo + 1) / 10))
     svg.append(x_axis(frame, [((i - lo) / (hi - lo) if hi > lo else 0.5, str(i))
                               for i in range(lo, hi + 1, step)], "iteration"))
@@ -210,3 +215,21 @@ def top_operators(section: dict[str, Any]) -> str:
         out.append(_figure("".join(svg), f"Device {device}: the {len(rows)} operator types with the most "
                            "total time (communication in orange); the table below has the counts and means."))
     return "".join(out)
+
+
+def section_lines(section: dict[str, Any]) -> str:
+    """A plugin section's ``chart`` columns as lines over its first column (an iteration)."""
+    columns = section["columns"]
+    wanted = [c for c in section.get("chart") or () if c in columns]
+    series: dict[int, list[tuple[int, float]]] = {}
+    labels: dict[int, str] = {}
+    for n, column in enumerate(wanted):
+        j = columns.index(column)
+        points = [(row[0], row[j]) for row in section["rows"]
+                  if isinstance(row[0], int) and isinstance(row[j], int | float)]
+        if points:
+            series[n], labels[n] = points, section["headers"][j]
+    if not series:
+        return ""
+    return _lines("section-lines", section["title"], section["title"].rpartition("(")[2].rstrip(")") or "",
+                  series, None, {}, labels)

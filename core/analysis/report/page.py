@@ -160,6 +160,8 @@ def _section(model: dict[str, Any], skey: str, section: dict[str, Any], anchor: 
     head = f'<h2 id="s-{escape(skey)}">' if anchor else "<h3>"
     tail = "</h2>" if anchor else "</h3>"
     body = table(section["headers"], rows, "section") if rows else '<p class="note">(no rows)</p>'
+    if section.get("chart") and rows:
+        body = charts.section_lines(section) + body
     return (f'<section data-section="{escape(skey)}">{head}{escape(section["title"])}{tail}'
             f"{body}{_notes(notes)}</section>")
 
