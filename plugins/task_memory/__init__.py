@@ -107,11 +107,19 @@ def jobprof_session_end(session: PluginSession) -> None:
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     return [
-        WriterSpec("operator_memory", "csv", render_operator_memory,
-                   "one row per allocation an operator made (operator tier): size, when, how long, "
-                   "the allocator's totals at both ends"),
-        WriterSpec("memory_record", "csv", render_memory_record,
-                   "the allocator's totals after each allocation and free, and the process's RSS (sampled)"),
+        WriterSpec(
+            "operator_memory",
+            "csv",
+            render_operator_memory,
+            "one row per allocation an operator made (operator tier): size, when, how long, "
+            "the allocator's totals at both ends",
+        ),
+        WriterSpec(
+            "memory_record",
+            "csv",
+            render_memory_record,
+            "the allocator's totals after each allocation and free, and the process's RSS (sampled)",
+        ),
     ]
 
 

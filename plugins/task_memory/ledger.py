@@ -24,9 +24,24 @@ from typing import Any, NamedTuple
 from jobprof.plugin import NA, MemoryEvent, OpView
 
 #: device types as c10 numbers them (``c10::DeviceType``)
-DEVICE_TYPES = {0: "CPU", 1: "cuda", 2: "mkldnn", 3: "opengl", 4: "opencl", 5: "ideep", 6: "hip",
-                7: "fpga", 9: "xla", 12: "meta", 13: "hpu", 14: "ve", 15: "lazy", 16: "ipu",
-                17: "mtia", 20: "privateuseone"}
+DEVICE_TYPES = {
+    0: "CPU",
+    1: "cuda",
+    2: "mkldnn",
+    3: "opengl",
+    4: "opencl",
+    5: "ideep",
+    6: "hip",
+    7: "fpga",
+    9: "xla",
+    12: "meta",
+    13: "hpu",
+    14: "ve",
+    15: "lazy",
+    16: "ipu",
+    17: "mtia",
+    20: "privateuseone",
+}
 
 
 def device_label(event: MemoryEvent) -> str:
@@ -102,7 +117,7 @@ class Namer:
         starts, calls = found
         i = bisect_right(starts, ts) - 1
         while i >= 0:  # back over earlier siblings to the call that holds ts
-            start, end, path = calls[i]
+            _, end, path = calls[i]
             if end >= ts:
                 return path
             i -= 1
@@ -142,7 +157,9 @@ def allocations(events: Iterable[MemoryEvent], namer: Namer) -> list[Allocation]
             else:
                 name, alloc = found
                 rows.append(Allocation(name, alloc.bytes, alloc, e, device_label(alloc)))
-    rows.extend(Allocation(name, alloc.bytes, alloc, None, device_label(alloc)) for name, alloc in open_.values())
+    rows.extend(
+        Allocation(name, alloc.bytes, alloc, None, device_label(alloc)) for name, alloc in open_.values()
+    )
     rows.sort(key=lambda r: r.time)
     return rows
 
@@ -193,7 +210,16 @@ def peaks(events: Sequence[MemoryEvent], names: Sequence[str]) -> list[Peak]:
         mine = sum(held.values())
         peak, last = events[top], events[indices[-1]]
         reserved = max(events[i].total_reserved for i in indices)
-        out.append(Peak(device, peak.total_allocated, reserved, peak.ts,
-                        sorted(held.items(), key=lambda kv: -kv[1]), max(0, peak.total_allocated - mine),
-                        last.total_allocated, last.total_reserved))
+        out.append(
+            Peak(
+                device,
+                peak.total_allocated,
+                reserved,
+                peak.ts,
+                sorted(held.items(), key=lambda kv: -kv[1]),
+                max(0, peak.total_allocated - mine),
+                last.total_allocated,
+                last.total_reserved,
+            )
+        )
     return out

@@ -67,7 +67,7 @@ def cuda_digest(torch: Any, device: int | None) -> dict[str, Any]:
     if device is None or not torch.cuda.is_initialized():
         return {}
     snap = torch.cuda.memory._snapshot()
-    blocks = []
+    blocks: list[dict[str, Any]] = []
     reserved = 0
     for seg in snap.get("segments") or ():
         if seg.get("device") != device:
@@ -75,21 +75,38 @@ def cuda_digest(torch: Any, device: int | None) -> dict[str, Any]:
         reserved += int(seg.get("total_size", 0))
         for block in seg.get("blocks") or ():
             if block.get("state") == "active_allocated":
-                blocks.append({"bytes": int(block.get("requested_size") or block.get("size", 0)),
-                               "where": _frame(block.get("frames"))})
+                blocks.append(
+                    {
+                        "bytes": int(block.get("requested_size") or block.get("size", 0)),
+                        "where": _frame(block.get("frames")),
+                    }
+                )
     blocks.sort(key=lambda b: -b["bytes"])
-    traces = (snap.get("device_traces") or [])
+    traces = snap.get("device_traces") or []
     events = traces[device] if device < len(traces) else []
-    last = [{"action": e.get("action"), "bytes": int(e.get("size", 0)), "where": _frame(e.get("frames"))}
-            for e in events[-LAST:]]
-    return {"device": f"cuda:{device}", "live_bytes": sum(b["bytes"] for b in blocks),
-            "reserved_bytes": reserved, "live_blocks": len(blocks), "largest": blocks[:TOP], "last_events": last}
+    last = [
+        {"action": e.get("action"), "bytes": int(e.get("size", 0)), "where": _frame(e.get("frames"))}
+        for e in events[-LAST:]
+    ]
+    return {
+        "device": f"cuda:{device}",
+        "live_bytes": sum(b["bytes"] for b in blocks),
+        "reserved_bytes": reserved,
+        "live_blocks": len(blocks),
+        "largest": blocks[:TOP],
+        "last_events": last,
+    }
 
 
 def digest(died: BaseException, iteration: int, rss: int, hwm: int, cuda: dict[str, Any]) -> dict[str, Any]:
     message = str(died).strip().splitlines()[0][:300] if str(died).strip() else ""
-    out: dict[str, Any] = {"error": type(died).__name__, "message": message, "iteration": iteration,
-                           "rss_bytes": rss, "rss_peak_bytes": hwm}
+    out: dict[str, Any] = {
+        "error": type(died).__name__,
+        "message": message,
+        "iteration": iteration,
+        "rss_bytes": rss,
+        "rss_peak_bytes": hwm,
+    }
     if cuda:
         out["cuda"] = cuda
     return out

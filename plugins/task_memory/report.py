@@ -19,10 +19,11 @@ Findings (each once per rank):
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OP_MEMORY_STREAM, OPS_STREAM, Finding, MemoryEvent, OpView, Section
-from jobprof.plugins.task_memory.ledger import Namer, device_label, names_of, peaks
+from jobprof.plugins.task_memory.ledger import Namer, names_of, peaks
 from jobprof.plugins.task_memory.writer import MODULES, SAMPLES
 
 if TYPE_CHECKING:
@@ -40,8 +41,17 @@ FRAGMENT_MIN_BYTES = 256 * MIB
 FRAGMENT_SHARE = 0.3
 ONE_OP_SHARE = 0.5
 #: the series' columns, in order
-COLUMNS = ("iteration", "peak_allocated", "peak_reserved", "peak_rss", "end_allocated", "end_rss",
-           "holder", "holder_bytes", "rss_exact")
+COLUMNS = (
+    "iteration",
+    "peak_allocated",
+    "peak_reserved",
+    "peak_rss",
+    "end_allocated",
+    "end_rss",
+    "holder",
+    "holder_bytes",
+    "rss_exact",
+)
 
 
 def _on(profile: Profile, device: int) -> bool:
@@ -74,8 +84,12 @@ def _sampled_cuda(samples: list[dict[str, Any]]) -> tuple[int | None, int | None
     mark = max(s.get("max_allocated") or 0 for s in during)
     if before and mark > before[-1]["max_allocated"]:  # the allocator's own peak rose: exact
         peak = max(peak, mark)
-    return (peak, max(s.get("reserved") or 0 for s in during), during[-1]["allocated"],
-            f"cuda:{during[-1].get('device')}")
+    return (
+        peak,
+        max(s.get("reserved") or 0 for s in during),
+        during[-1]["allocated"],
+        f"cuda:{during[-1].get('device')}",
+    )
 
 
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
@@ -89,7 +103,9 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     for index, streams in profile.streams(device):
         last_index = index
         events = [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
-        samples = [s for s in streams.get(SAMPLES, ()) if isinstance(s, dict) and isinstance(s.get("ns"), int)]
+        samples = [
+            s for s in streams.get(SAMPLES, ()) if isinstance(s, dict) and isinstance(s.get("ns"), int)
+        ]
         rss_peak, rss_end, exact = _rss(samples)
         row: list[Any] = [index, None, None, rss_peak, None, rss_end, None, None, exact]
         if events:
@@ -103,9 +119,14 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
             row[1:3] = [main.allocated, main.reserved if main.reserved >= 0 else None]
             row[4], row[6], row[7] = main.end_allocated, holder[0], holder[1]
             if best is None or main.allocated > best["allocated"]:
-                best = {"iteration": index, "device": main.device, "allocated": main.allocated,
-                        "reserved": row[2], "earlier": main.earlier,
-                        "holders": [[n, b] for n, b in main.holders[:TOP]]}
+                best = {
+                    "iteration": index,
+                    "device": main.device,
+                    "allocated": main.allocated,
+                    "reserved": row[2],
+                    "earlier": main.earlier,
+                    "holders": [[n, b] for n, b in main.holders[:TOP]],
+                }
             for e, name in zip(events, names, strict=True):
                 key = (e.device_type, e.device, e.addr)
                 if e.bytes > 0:
@@ -118,8 +139,14 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
                 allocator = where
                 row[1], row[2], row[4] = peak, reserved, end
                 if best is None or peak > best["allocated"]:
-                    best = {"iteration": index, "device": where, "allocated": peak, "reserved": reserved,
-                            "earlier": None, "holders": []}
+                    best = {
+                        "iteration": index,
+                        "device": where,
+                        "allocated": peak,
+                        "reserved": reserved,
+                        "earlier": None,
+                        "holders": [],
+                    }
         series.append(row)
     if not series:
         return None
@@ -131,9 +158,16 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
             kept[2].add(index)
     ranked = sorted(([n, b, len(its)] for n, b, its in survivors.values()), key=lambda r: -r[1])[:5]
     oom = profile.info(device).get("jobprof", {}).get("memory_oom")
-    return {"allocator": allocator, "series": _binned(series), "iterations": len(series),
-            "peak": best, "peak_rss": max((r[3] for r in series if r[3] is not None), default=None),
-            "creep": _creep(series, ranked), "survivors": ranked, "oom": oom if isinstance(oom, dict) else None}
+    return {
+        "allocator": allocator,
+        "series": _binned(series),
+        "iterations": len(series),
+        "peak": best,
+        "peak_rss": max((r[3] for r in series if r[3] is not None), default=None),
+        "creep": _creep(series, ranked),
+        "survivors": ranked,
+        "oom": oom if isinstance(oom, dict) else None,
+    }
 
 
 def _binned(series: list[list[Any]]) -> list[list[Any]]:
@@ -141,28 +175,39 @@ def _binned(series: list[list[Any]]) -> list[list[Any]]:
     if len(series) <= SERIES:
         return series
     size = -(-len(series) // SERIES)
-    return [max(series[i:i + size], key=lambda r: (r[1] or 0, r[3] or 0)) for i in range(0, len(series), size)]
+    return [
+        max(series[i : i + size], key=lambda r: (r[1] or 0, r[3] or 0)) for i in range(0, len(series), size)
+    ]
 
 
 def _creep(series: list[list[Any]], survivors: list[list[Any]]) -> dict[str, Any] | None:
     """Growth of memory at the iteration's end (allocated where known, else RSS), after the
     first iteration (which allocates what stays: optimizer state, caches)."""
-    for column, basis in ((4, "allocated"), (5, "rss")):
+    points: list[tuple[int, int]] = []
+    basis = ""
+    for column, name in ((4, "allocated"), (5, "rss")):
         points = [(r[0], r[column]) for r in series[1:] if r[column] is not None]
         if len(points) >= CREEP_MIN_ITERATIONS:
+            basis = name
             break
-    else:
+    if not basis:
         return None
     values = [v for _, v in points]
-    steps = [b - a for a, b in zip(values, values[1:], strict=False)]
+    steps = [b - a for a, b in itertools.pairwise(values)]
     growth = values[-1] - values[0]
     peak = max(r[1] or r[3] or 0 for r in series)
-    if growth < max(CREEP_MIN_BYTES, CREEP_MIN_SHARE * peak) or \
-            sum(1 for s in steps if s > 0) < CREEP_RISES * len(steps):
+    if growth < max(CREEP_MIN_BYTES, CREEP_MIN_SHARE * peak) or sum(
+        1 for s in steps if s > 0
+    ) < CREEP_RISES * len(steps):
         return None
-    found: dict[str, Any] = {"basis": basis, "first": points[0][0], "last": points[-1][0],
-                             "from_bytes": values[0], "to_bytes": values[-1],
-                             "per_iteration": growth / (points[-1][0] - points[0][0])}
+    found: dict[str, Any] = {
+        "basis": basis,
+        "first": points[0][0],
+        "last": points[-1][0],
+        "from_bytes": values[0],
+        "to_bytes": values[-1],
+        "per_iteration": growth / (points[-1][0] - points[0][0]),
+    }
     # the operator whose never-freed allocations came in at least half of the iterations
     for name, size, count in survivors:
         if count * 2 >= len(points):
@@ -191,44 +236,106 @@ def sections(profile: Profile) -> list[Section]:
         peak = facts.get("peak") or {}
         creep = facts.get("creep")
         holders = peak.get("holders") or []
-        summary.append([device, facts.get("allocator") or NA, _mib(peak.get("allocated")), peak.get("iteration", NA),
-                        _mib(peak.get("reserved")), _mib(facts.get("peak_rss")),
-                        _mib(round(creep["per_iteration"])) if creep else "0",
-                        f"{holders[0][0]} ({_mib(holders[0][1])})" if holders else NA])
+        summary.append(
+            [
+                device,
+                facts.get("allocator") or NA,
+                _mib(peak.get("allocated")),
+                peak.get("iteration", NA),
+                _mib(peak.get("reserved")),
+                _mib(facts.get("peak_rss")),
+                _mib(round(creep["per_iteration"])) if creep else "0",
+                f"{holders[0][0]} ({_mib(holders[0][1])})" if holders else NA,
+            ]
+        )
         for name, size in holders:
-            held.append([device, peak["iteration"], name, _mib(size),
-                         f"{100 * size / peak['allocated']:.1f}" if peak.get("allocated") else NA])
+            held.append(
+                [
+                    device,
+                    peak["iteration"],
+                    name,
+                    _mib(size),
+                    f"{100 * size / peak['allocated']:.1f}" if peak.get("allocated") else NA,
+                ]
+            )
         if peak.get("earlier"):
-            held.append([device, peak["iteration"], "(allocated before the iteration)", _mib(peak["earlier"]),
-                         f"{100 * peak['earlier'] / peak['allocated']:.1f}"])
+            held.append(
+                [
+                    device,
+                    peak["iteration"],
+                    "(allocated before the iteration)",
+                    _mib(peak["earlier"]),
+                    f"{100 * peak['earlier'] / peak['allocated']:.1f}",
+                ]
+            )
         if chosen is None or (peak.get("allocated") or 0) > (chosen[1].get("peak") or {}).get("allocated", 0):
             chosen = (rank, facts)
         findings += _findings(who, rank, facts)
     if not summary:
         return []
-    notes.append("peak allocated / reserved: the PyTorch allocator's own counters (operator tier: at every "
-                 "allocation; step tier on CUDA: sampled, exact when the allocator's high-water mark rose); "
-                 "on CPU it counts only blocks allocated while the capture ran, and has no reserve (N/A); "
-                 "peak RSS: the process, sampled every 20 ms, exact when its high-water mark rose")
-    out = [Section("Memory: peak per rank (MiB)",
-                   ["device", "allocator", "peak allocated", "at iteration", "peak reserved", "peak RSS",
-                    "growth per iteration", "largest holder at the peak"], summary, notes, key="memory",
-                   findings=findings)]
+    notes.append(
+        "peak allocated / reserved: the PyTorch allocator's own counters (operator tier: at every "
+        "allocation; step tier on CUDA: sampled, exact when the allocator's high-water mark rose); "
+        "on CPU it counts only blocks allocated while the capture ran, and has no reserve (N/A); "
+        "peak RSS: the process, sampled every 20 ms, exact when its high-water mark rose"
+    )
+    out = [
+        Section(
+            "Memory: peak per rank (MiB)",
+            [
+                "device",
+                "allocator",
+                "peak allocated",
+                "at iteration",
+                "peak reserved",
+                "peak RSS",
+                "growth per iteration",
+                "largest holder at the peak",
+            ],
+            summary,
+            notes,
+            key="memory",
+            findings=findings,
+        )
+    ]
     if held:
-        out.append(Section("Memory at the peak: live allocations by operator (MiB)",
-                           ["device", "iteration", "operator", "MiB", "% of peak"], held, key="memory_peak"))
+        out.append(
+            Section(
+                "Memory at the peak: live allocations by operator (MiB)",
+                ["device", "iteration", "operator", "MiB", "% of peak"],
+                held,
+                key="memory_peak",
+            )
+        )
     if chosen is not None:
         rank, facts = chosen
-        rows = [[r[0], _mib(r[1]), _mib(r[2]), _mib(r[3]), _mib(r[4]),
-                 f"{r[6]} ({_mib(r[7])})" if r[6] else NA] for r in facts["series"]]
+        rows = [
+            [r[0], _mib(r[1]), _mib(r[2]), _mib(r[3]), _mib(r[4]), f"{r[6]} ({_mib(r[7])})" if r[6] else NA]
+            for r in facts["series"]
+        ]
         binned = facts["iterations"] > len(facts["series"])
-        out.append(Section(f"Memory per iteration (MiB){f', rank {rank}' if many else ''}",
-                           ["iteration", "peak allocated", "peak reserved", "peak RSS", "end allocated",
-                            "largest holder"], rows,
-                           [f"{facts['iterations']} iterations: of each run of consecutive ones, the one with "
-                            "the highest peak"] if binned else [],
-                           key="memory_iterations",
-                           chart=("peak_allocated", "peak_reserved", "peak_rss")))
+        out.append(
+            Section(
+                f"Memory per iteration (MiB){f', rank {rank}' if many else ''}",
+                [
+                    "iteration",
+                    "peak allocated",
+                    "peak reserved",
+                    "peak RSS",
+                    "end allocated",
+                    "largest holder",
+                ],
+                rows,
+                [
+                    f"{facts['iterations']} iterations: of each run of consecutive ones, the one with "
+                    "the highest peak"
+                ]
+                if binned
+                else [],
+                key="memory_iterations",
+                chart=("peak_allocated", "peak_reserved", "peak_rss"),
+            )
+        )
     return out
 
 
@@ -242,41 +349,74 @@ def _findings(who: str, rank: int, facts: dict[str, Any]) -> list[Finding]:
         live = "; ".join(f"{_mib(b['bytes'])} MiB at {b['where'] or 'an unknown frame'}" for b in largest[:3])
         holders = peak.get("holders") or []
         held = ", ".join(f"{n} {_mib(b)} MiB" for n, b in holders[:3])
-        text = (f"{who}the job died of {oom.get('error')} in iteration {oom.get('iteration')}: "
-                f"{oom.get('message', '')}"
-                + (f"; the largest live blocks: {live}" if live else "")
-                + (f"; at the memory peak (iteration {peak.get('iteration')}) the operators holding the most "
-                   f"were {held}" if held else "")
-                + (f"; process RSS {_mib(oom.get('rss_bytes'))} MiB (peak {_mib(oom.get('rss_peak_bytes'))})"
-                   if oom.get("rss_bytes", -1) >= 0 else ""))
-        out.append(Finding("memory_oom", text, {"rank": rank, **{k: v for k, v in oom.items() if k != "cuda"},
-                                                "largest": largest}, weight=3))
+        text = (
+            f"{who}the job died of {oom.get('error')} in iteration {oom.get('iteration')}: "
+            f"{oom.get('message', '')}"
+            + (f"; the largest live blocks: {live}" if live else "")
+            + (
+                f"; at the memory peak (iteration {peak.get('iteration')}) the operators holding the most "
+                f"were {held}"
+                if held
+                else ""
+            )
+            + (
+                f"; process RSS {_mib(oom.get('rss_bytes'))} MiB (peak {_mib(oom.get('rss_peak_bytes'))})"
+                if oom.get("rss_bytes", -1) >= 0
+                else ""
+            )
+        )
+        out.append(
+            Finding(
+                "memory_oom",
+                text,
+                {"rank": rank, **{k: v for k, v in oom.items() if k != "cuda"}, "largest": largest},
+                weight=3,
+            )
+        )
     creep = facts.get("creep")
     if creep:
         what = "allocated memory" if creep["basis"] == "allocated" else "the process's RSS"
-        text = (f"{who}{what} grows iteration over iteration: +{_mib(round(creep['per_iteration']))} MiB per "
-                f"iteration at the iteration's end, from {_mib(creep['from_bytes'])} MiB (iteration "
-                f"{creep['first']}) to {_mib(creep['to_bytes'])} MiB (iteration {creep['last']})")
+        text = (
+            f"{who}{what} grows iteration over iteration: +{_mib(round(creep['per_iteration']))} MiB per "
+            f"iteration at the iteration's end, from {_mib(creep['from_bytes'])} MiB (iteration "
+            f"{creep['first']}) to {_mib(creep['to_bytes'])} MiB (iteration {creep['last']})"
+        )
         if creep.get("operator"):
-            text += (f"; allocations by {creep['operator']} are never freed ({creep['operator_iterations']} "
-                     f"iterations, {_mib(creep['operator_bytes'])} MiB still live): something keeps them "
-                     "(a list, a tensor kept with its graph, a cache)")
+            text += (
+                f"; allocations by {creep['operator']} are never freed ({creep['operator_iterations']} "
+                f"iterations, {_mib(creep['operator_bytes'])} MiB still live): something keeps them "
+                "(a list, a tensor kept with its graph, a cache)"
+            )
         out.append(Finding("memory_creep", text, {"rank": rank, **creep}, weight=3))
     allocated, reserved = peak.get("allocated"), peak.get("reserved")
     if allocated and reserved and reserved - allocated >= max(FRAGMENT_MIN_BYTES, FRAGMENT_SHARE * reserved):
-        out.append(Finding(
-            "memory_fragmentation",
-            f"{who}the allocator reserved {_mib(reserved)} MiB for a peak of {_mib(allocated)} MiB allocated "
-            f"(iteration {peak['iteration']}): {100 * (reserved - allocated) / reserved:.0f}% of the reserve "
-            "was not in use (fragmentation, or cached blocks of other sizes); "
-            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True often reclaims it",
-            {"rank": rank, "iteration": peak["iteration"], "allocated": allocated, "reserved": reserved}, weight=2))
+        unused = 100 * (reserved - allocated) / reserved
+        out.append(
+            Finding(
+                "memory_fragmentation",
+                f"{who}the allocator reserved {_mib(reserved)} MiB for a peak of {_mib(allocated)} MiB "
+                f"allocated (iteration {peak['iteration']}): {unused:.0f}% of "
+                "the reserve was not in use (fragmentation, or cached blocks of other sizes); "
+                "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True often reclaims it",
+                {"rank": rank, "iteration": peak["iteration"], "allocated": allocated, "reserved": reserved},
+                weight=2,
+            )
+        )
     holders = peak.get("holders") or []
     if allocated and holders and holders[0][1] >= ONE_OP_SHARE * allocated:
         name, size = holders[0]
-        out.append(Finding(
-            "memory_one_op",
-            f"{who}{name} holds {100 * size / allocated:.0f}% of the memory peak ({_mib(size)} of "
-            f"{_mib(allocated)} MiB, iteration {peak['iteration']})",
-            {"rank": rank, "operator": name, "bytes": size, "peak": allocated, "iteration": peak["iteration"]}))
+        out.append(
+            Finding(
+                "memory_one_op",
+                f"{who}{name} holds {100 * size / allocated:.0f}% of the memory peak ({_mib(size)} of "
+                f"{_mib(allocated)} MiB, iteration {peak['iteration']})",
+                {
+                    "rank": rank,
+                    "operator": name,
+                    "bytes": size,
+                    "peak": allocated,
+                    "iteration": peak["iteration"],
+                },
+            )
+        )
     return out

@@ -120,7 +120,9 @@ class MemorySampler:
         for ns, rss, hwm, allocated, reserved, peak in kept:
             record: dict[str, Any] = {"ns": ns, "rss": rss, "hwm": hwm}
             if allocated is not None:
-                record.update(allocated=allocated, reserved=reserved, max_allocated=peak, device=self.cuda_device)
+                record.update(
+                    allocated=allocated, reserved=reserved, max_allocated=peak, device=self.cuda_device
+                )
             if ns < start:
                 record["before"] = True
             out.append(record)

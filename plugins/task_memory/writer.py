@@ -16,10 +16,26 @@ SAMPLES = "memory_samples"
 #: the iteration's module calls (the core's recorder), to name each allocation's module
 MODULES = "memory_modules"
 
-OPERATOR_HEADER = ["Device_id", "Name", "Size(KB)", "Allocation Time(us)", "Duration(us)",
-                   "Allocation Total Allocated(KB)", "Allocation Total Reserved(KB)",
-                   "Release Total Allocated(KB)", "Release Total Reserved(KB)", "Device"]
-RECORD_HEADER = ["Device_id", "Component", "Timestamp(us)", "Total Allocated(KB)", "Total Reserved(KB)", "Device"]
+OPERATOR_HEADER = [
+    "Device_id",
+    "Name",
+    "Size(KB)",
+    "Allocation Time(us)",
+    "Duration(us)",
+    "Allocation Total Allocated(KB)",
+    "Allocation Total Reserved(KB)",
+    "Release Total Allocated(KB)",
+    "Release Total Reserved(KB)",
+    "Device",
+]
+RECORD_HEADER = [
+    "Device_id",
+    "Component",
+    "Timestamp(us)",
+    "Total Allocated(KB)",
+    "Total Reserved(KB)",
+    "Device",
+]
 #: memory_record's components: the allocator's own events (operator tier), its counters sampled
 #: (step tier, CUDA), the process's resident set (step tier)
 PYTORCH, PYTORCH_SAMPLED, RSS = "PyTorch", "PyTorch (sampled)", "Process RSS"
@@ -44,8 +60,11 @@ def events(ctx: ExportContext) -> list[MemoryEvent]:
 
 
 def samples(ctx: ExportContext) -> list[dict[str, Any]]:
-    return [s for s in ctx.records(SAMPLES) if isinstance(s, dict) and isinstance(s.get("ns"), int)
-            and not s.get("before")]
+    return [
+        s
+        for s in ctx.records(SAMPLES)
+        if isinstance(s, dict) and isinstance(s.get("ns"), int) and not s.get("before")
+    ]
 
 
 def render_operator_memory(ctx: ExportContext) -> str | None:
@@ -55,13 +74,20 @@ def render_operator_memory(ctx: ExportContext) -> str | None:
     rows = []
     for a in allocations(evs, Namer(opview.view(ctx), ctx.records(MODULES))):
         alloc, release = a.alloc, a.release
-        rows.append([
-            ctx.device_id, a.name, kb(a.size),
-            ctx.stamp_cell(alloc.ts) if alloc else "",
-            _us(release.ts - alloc.ts) if alloc and release else "",
-            total(alloc.total_allocated) if alloc else "", total(alloc.total_reserved) if alloc else "",
-            total(release.total_allocated) if release else "", total(release.total_reserved) if release else "",
-            a.device])
+        rows.append(
+            [
+                ctx.device_id,
+                a.name,
+                kb(a.size),
+                ctx.stamp_cell(alloc.ts) if alloc else "",
+                _us(release.ts - alloc.ts) if alloc and release else "",
+                total(alloc.total_allocated) if alloc else "",
+                total(alloc.total_reserved) if alloc else "",
+                total(release.total_allocated) if release else "",
+                total(release.total_reserved) if release else "",
+                a.device,
+            ]
+        )
     return ctx.csv(OPERATOR_HEADER, rows)
 
 
@@ -72,15 +98,37 @@ def render_memory_record(ctx: ExportContext) -> str | None:
         return None
     rows: list[tuple[int, list[Any]]] = []
     for e in evs:
-        rows.append((e.ts, [ctx.device_id, PYTORCH, ctx.stamp_cell(e.ts), total(e.total_allocated),
-                            total(e.total_reserved), device_label(e)]))
+        rows.append(
+            (
+                e.ts,
+                [
+                    ctx.device_id,
+                    PYTORCH,
+                    ctx.stamp_cell(e.ts),
+                    total(e.total_allocated),
+                    total(e.total_reserved),
+                    device_label(e),
+                ],
+            )
+        )
     exact_cuda = any(e.device_type == 1 for e in evs)
     for s in taken:
         if s.get("rss", -1) >= 0:
             rows.append((s["ns"], [ctx.device_id, RSS, ctx.stamp_cell(s["ns"]), kb(s["rss"]), NA, "CPU"]))
         if s.get("allocated") is not None and not exact_cuda:
-            rows.append((s["ns"], [ctx.device_id, PYTORCH_SAMPLED, ctx.stamp_cell(s["ns"]), kb(s["allocated"]),
-                                   kb(s.get("reserved")), f"cuda:{s.get('device')}"]))
+            rows.append(
+                (
+                    s["ns"],
+                    [
+                        ctx.device_id,
+                        PYTORCH_SAMPLED,
+                        ctx.stamp_cell(s["ns"]),
+                        kb(s["allocated"]),
+                        kb(s.get("reserved")),
+                        f"cuda:{s.get('device')}",
+                    ],
+                )
+            )
     rows.sort(key=lambda r: r[0])
     return ctx.csv(RECORD_HEADER, [r for _, r in rows])
 
@@ -102,15 +150,38 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         args: dict[str, Any] = {"allocated": _mb(e.total_allocated)}
         if e.total_reserved >= 0:
             args["reserved"] = _mb(e.total_reserved)
-        out.append({"name": f"PyTorch {device_label(e)} (MB)", "ph": "C", "pid": pid, "tid": 0,
-                    "ts": ctx.to_us(e.ts), "args": args})
+        out.append(
+            {
+                "name": f"PyTorch {device_label(e)} (MB)",
+                "ph": "C",
+                "pid": pid,
+                "tid": 0,
+                "ts": ctx.to_us(e.ts),
+                "args": args,
+            }
+        )
     exact_cuda = any(e.device_type == 1 for e in evs)
     for s in taken:
         if s.get("rss", -1) >= 0:
-            out.append({"name": "Process RSS (MB)", "ph": "C", "pid": pid, "tid": 0, "ts": ctx.to_us(s["ns"]),
-                        "args": {"rss": _mb(s["rss"])}})
+            out.append(
+                {
+                    "name": "Process RSS (MB)",
+                    "ph": "C",
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": ctx.to_us(s["ns"]),
+                    "args": {"rss": _mb(s["rss"])},
+                }
+            )
         if s.get("allocated") is not None and not exact_cuda:
-            out.append({"name": f"PyTorch cuda:{s.get('device')} sampled (MB)", "ph": "C", "pid": pid, "tid": 0,
-                        "ts": ctx.to_us(s["ns"]),
-                        "args": {"allocated": _mb(s["allocated"]), "reserved": _mb(s.get("reserved") or 0)}})
+            out.append(
+                {
+                    "name": f"PyTorch cuda:{s.get('device')} sampled (MB)",
+                    "ph": "C",
+                    "pid": pid,
+                    "tid": 0,
+                    "ts": ctx.to_us(s["ns"]),
+                    "args": {"allocated": _mb(s["allocated"]), "reserved": _mb(s.get("reserved") or 0)},
+                }
+            )
     timeline.add(out)
