@@ -66,6 +66,8 @@ WATCHED = re.compile(r"overlap|spill|^flow_|^track_event_(parser|tokenizer)_erro
 QUERIES = {
     "slices": "select count(*) from slice",
     "flows": "select count(*) from flow",
+    # counter values ("ph": "C": one row per argument of each event)
+    "counters": "select count(*) from counter",
     "stats": "select name, idx, severity, value from stats where value > 0 order by name, idx",
     # where each slice landed: the process and thread names of its track (a JSON tid 0 goes to
     # the swapper thread, a tid above 2**32 - 1 to the process's main thread: names tell)
@@ -92,6 +94,7 @@ class Result:
     seconds: float = field(default=0.0, compare=False)  # load + queries in the trace processor
     #: (process name, thread name) -> (slices, thread tracks) after import
     tracks: dict[tuple[str | None, str | None], tuple[int, int]] = field(default_factory=dict, compare=False)
+    counters: int = 0  # counter values after import
 
 
 # -- the bundled UI -------------------------------------------------------------------------------
@@ -584,7 +587,8 @@ class Checker:
             problems[MISPLACED] = moved
         return Result(path=path, file_counts=counts, slices=int(res["slices"]["rows"][0][0]),
                       flows=int(res["flows"]["rows"][0][0]), problems=problems,
-                      seconds=time.monotonic() - t0, tracks=tracks)
+                      seconds=time.monotonic() - t0, tracks=tracks,
+                      counters=int(res["counters"]["rows"][0][0]))
 
     def check(self, paths: Iterable[Path]) -> list[Result]:
         return [self.check_file(p) for p in paths]

@@ -20,13 +20,14 @@ Nothing the program can read is reset (no ``reset_peak_memory_stats``, no ``clea
 
 from __future__ import annotations
 
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.task_memory import oom
 from jobprof.plugins.task_memory.report import rank_facts, sections
-from jobprof.plugins.task_memory.sampler import MemorySampler
+from jobprof.plugins.task_memory.sampler import END_SLACK_NS, MemorySampler
 from jobprof.plugins.task_memory.writer import (
     MODULES,
     SAMPLES,
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from jobprof.plugin import Profile, Timeline
 
 NAME = "task_memory"
+#: iteration methods whose hand-over happens at the iteration's end, on the training thread
+ON_TIME = frozenset({"optimizer_step", "explicit"})
 
 
 class _State:
@@ -80,7 +83,12 @@ def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[
     if sampler.cuda_device is not None and not state.history:
         state.history = oom.start_history(state.torch)
         session.set_info(NAME, {**(session.get_info(NAME) or {}), "cuda_history": state.history})
-    sampler.sample(cuda=True)  # the iteration's end, as near as the hand-over is to it
+    # the end state of the iteration when the program has not run since its end: the optimizer
+    # step and jobprof.step() hand an iteration over as it ends (what jobprof did meanwhile is
+    # its own), or the hand-over follows closely; else a sample of the next one
+    late = time.monotonic_ns() - iteration.end_ns
+    on_time = iteration.method in ON_TIME or 0 <= late <= END_SLACK_NS
+    sampler.sample(cuda=True, at=iteration.end_ns - 1 if on_time else None)
     state.last_index = iteration.index
     streams: dict[str, Any] = {SAMPLES: partial(sampler.take, iteration)}
     calls = session.module_calls()

@@ -5,7 +5,10 @@ one ``pread``) and its high-water mark (``getrusage``: the kernel's peak RSS of 
 once CUDA is initialised by the program, every :data:`CUDA_EVERY`-th sample also reads the
 caching allocator's counters of the program's device (``torch.cuda.memory_stats``: allocated,
 reserved, and the allocated high-water mark).  A sample is also taken as each iteration is handed
-over, on the training thread.  Nothing is reset: the program's own ``max_memory_allocated`` and
+over, on the training thread, stamped as the iteration's last instant when the program has
+not run since the end (the optimizer step and ``jobprof.step()`` hand over as they end; else a
+hand-over within :data:`END_SLACK_NS`), so that every iteration, however short, has one.
+Nothing is reset: the program's own ``max_memory_allocated`` and
 peak statistics read as they do unprofiled.
 
 A peak between two samples is known exactly when it set a new high-water mark (the kernel's for
@@ -29,6 +32,8 @@ PERIOD_S = 0.02
 #: read the CUDA allocator's counters every this many samples (``memory_stats`` builds a dict
 #: of ~100 entries: ~0.1 ms)
 CUDA_EVERY = 5
+#: a hand-over this close to the iteration's end samples the iteration's end state
+END_SLACK_NS = 1_000_000
 #: samples kept waiting for their iteration (10 minutes at 50 Hz: older ones are dropped)
 KEEP = 30_000
 
@@ -92,8 +97,8 @@ class MemorySampler:
             rss = int(fields[1]) * self._page
         return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
-    def sample(self, cuda: bool | None = None) -> None:
-        """Take one sample now (any thread)."""
+    def sample(self, cuda: bool | None = None, at: int | None = None) -> None:
+        """Take one sample now (any thread), stamped now or ``at`` (monotonic ns)."""
         rss, hwm = self.current()
         allocated = reserved = peak = None
         self._count += 1
@@ -104,7 +109,9 @@ class MemorySampler:
             reserved = stats.get("reserved_bytes.all.current")
             peak = stats.get("allocated_bytes.all.peak")
         with self._lock:
-            self._samples.append((time.monotonic_ns(), rss, hwm, allocated, reserved, peak))
+            self._samples.append(
+                (time.monotonic_ns() if at is None else at, rss, hwm, allocated, reserved, peak)
+            )
 
     def take(self, iteration: Iteration) -> list[dict[str, Any]]:
         """The samples taken during ``iteration``, oldest first, after the last one before it
@@ -113,11 +120,12 @@ class MemorySampler:
         start, end = iteration.start_ns, iteration.end_ns
         with self._lock:
             samples = self._samples
-            while len(samples) > 1 and samples[1][0] < start:
+            while len(samples) > 2 and samples[1][0] < start and samples[2][0] < start:
                 samples.popleft()
-            kept = [s for s in samples if s[0] < end]
+            kept = sorted(s for s in samples if s[0] < end)
+        earlier = [s for s in kept if s[0] < start]
         out = []
-        for ns, rss, hwm, allocated, reserved, peak in kept:
+        for ns, rss, hwm, allocated, reserved, peak in earlier[-1:] + [s for s in kept if s[0] >= start]:
             record: dict[str, Any] = {"ns": ns, "rss": rss, "hwm": hwm}
             if allocated is not None:
                 record.update(

@@ -39,6 +39,10 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     # the sampled operator tier: Kineto paused and resumed at every other iteration end; with
     # the default export: what the job's exit leaves, a background exporter renders
     "sampled": {**STEP_TIER, "task_trace": "l1", "task_trace_every": 2, "export": "background"},
+    # task_memory: with the operator tier (Kineto's memory profiling, module calls recorded) and
+    # on the step tier alone (the sampler thread)
+    "memory": {**STEP_TIER, "task_trace": "l1", "task_memory": "on"},
+    "memory_step": {**STEP_TIER, "task_memory": "on"},
     # compiled programs only (tests/compat/test_compile.py): Inductor emits a profiler range per
     # C++ kernel, a different compile of the same graph
     "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},

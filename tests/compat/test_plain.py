@@ -34,12 +34,19 @@ ROWS = [
 
 def option_sets(shape: str) -> tuple[str, ...]:
     """The row's option sets: all but one of l0 / aic, taking turns down the rows; in the full
-    matrix (not the legs') every third row also runs the sampled operator tier."""
+    matrix (not the legs') every third row also runs the sampled operator tier, and the next
+    one task_memory on the step tier; every third row (legs too) runs task_memory with the
+    operator tier (Kineto's memory profiling differs between torch releases)."""
     index = [row[0] for row in ROWS].index(shape)
     skipped = ("aic", "l0")[index % 2]
     sets = tuple(s for s in DEFAULT_SETS if s != skipped)
-    if index % 3 == 0 and {"l0", "l1", "aic"} <= set(DEFAULT_SETS):
+    full = {"l0", "l1", "aic"} <= set(DEFAULT_SETS)
+    if index % 3 == 0 and full:
         sets += ("sampled",)
+    if index % 3 == 1 and "l1" in DEFAULT_SETS:
+        sets += ("memory",)
+    if index % 3 == 2 and full:
+        sets += ("memory_step",)
     return sets
 
 
@@ -59,4 +66,17 @@ def test_plain_loop(tmp_path, shape, n, method):
         # no step skipped: each scaler.step was a true optimizer step
         scales = {line.split()[2] for line in base.stdout.splitlines() if line.startswith("scale ")}
         assert len(scales) == 1, scales
-    check_all(base, runs, steps, method)
+    check_all(base, runs, steps, method, extra=[memory_files])
+
+
+def memory_files(base, run) -> None:
+    """task_memory's files: memory_record for every iteration, operator_memory with the
+    operator tier (where the iteration allocated anything; inference rows allocate too)."""
+    if not run.label.startswith("memory"):
+        return
+    summary = run.prof_dir() / "device_0" / "summary"
+    records = sorted(summary.glob("memory_record_*.csv"))
+    steps = sorted(summary.glob("step_trace_*.csv"))
+    assert len(records) == len(steps) > 0, (run.label, len(records), len(steps))
+    operators = sorted(summary.glob("operator_memory_*.csv"))
+    assert bool(operators) == (run.label == "memory"), (run.label, len(operators))
