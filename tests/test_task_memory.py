@@ -241,3 +241,101 @@ def test_timeline_counters_open_in_perfetto(leak):
     [result] = perfetto_check.check([path])
     assert not result.problems, result.problems
     assert result.counters == values > 0
+
+
+# -- the CUDA path, on data in the form torch writes it (no GPU here: UNVERIFIED on a GPU) -------------
+# Kineto's [memory] events on CUDA carry Device Type 1, the device index and the caching allocator's
+# Total Reserved; torch.cuda.memory._snapshot() has the documented Snapshot / Segment / Block /
+# TraceEntry shape (torch/cuda/memory.py).
+
+def _cuda_trace() -> dict:
+    base = 1_000_000.0
+
+    def mem(ts: float, size: int, addr: int, allocated: int, reserved: int) -> dict:
+        return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 7, "tid": 7,
+                "ts": base + ts, "args": {"Total Reserved": reserved, "Total Allocated": allocated,
+                                          "Bytes": size, "Device Id": 0, "Device Type": 1, "Addr": addr}}
+
+    op = {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 7, "tid": 7, "ts": base + 5, "dur": 10,
+          "args": {"External id": 1, "Ev Idx": 0}}
+    return {"baseTimeNanoseconds": 0, "traceEvents": [
+        op, mem(6, 1 << 30, 0xA000, 1 << 30, 3 << 30),
+        mem(20, 1 << 20, 0xB000, (1 << 30) + (1 << 20), 3 << 30),
+        mem(30, -(1 << 30), 0xA000, 1 << 20, 3 << 30), mem(40, -(1 << 20), 0xC000, 0, 3 << 30)]}
+
+
+def test_cuda_events_rows_and_fragmentation():
+    from jobprof.files.kinetotrace import records_of
+    from jobprof.plugin import MemoryEvent, OpView
+    from jobprof.plugins.task_memory import ledger, report
+
+    memory: list[MemoryEvent] = []
+    ops = records_of(_cuda_trace(), 0, False, memory)
+    assert [e.device_type for e in memory] == [1] * 4 and memory[0].total_reserved == 3 << 30
+    assert [ledger.device_label(e) for e in memory] == ["cuda:0"] * 4
+    namer = ledger.Namer(OpView(ops))
+    rows = ledger.allocations(memory, namer)
+    # allocation freed inside, allocation outliving the window, a free whose allocation came before
+    assert [(r.name, r.size, r.release is not None) for r in rows] == [
+        ("aten::empty", 1 << 30, True), ("N/A", 1 << 20, False), ("", -(1 << 20), True)]
+    [peak] = ledger.peaks(memory, ledger.names_of(memory, namer))
+    assert (peak.device, peak.allocated, peak.reserved) == ("cuda:0", (1 << 30) + (1 << 20), 3 << 30)
+    assert peak.holders == [("aten::empty", 1 << 30), ("N/A", 1 << 20)] and peak.earlier == 0
+    facts = {"peak": {"iteration": 3, "allocated": peak.allocated, "reserved": peak.reserved,
+                      "holders": [list(h) for h in peak.holders], "earlier": 0}}
+    found = {f.key: f for f in report._findings("", 0, facts)}
+    assert set(found) == {"memory_fragmentation", "memory_one_op"}
+    assert found["memory_fragmentation"].evidence["reserved"] == 3 << 30
+
+
+def test_cuda_step_tier_peak_is_exact_when_the_allocator_mark_rose():
+    from jobprof.plugins.task_memory import report
+
+    before = {"ns": 0, "rss": 1, "hwm": 1, "allocated": 10, "reserved": 40, "max_allocated": 50,
+              "device": 0, "before": True}
+    during = [{"ns": 5, "rss": 1, "hwm": 1, "allocated": 20, "reserved": 40, "max_allocated": 90,
+               "device": 0},
+              {"ns": 9, "rss": 1, "hwm": 1, "allocated": 15, "reserved": 48, "max_allocated": 90,
+               "device": 0}]
+    # the allocator's own high-water mark rose from 50 to 90 during the iteration: its peak was 90
+    assert report._sampled_cuda([before, *during]) == (90, 48, 15, "cuda:0")
+    # it did not rise: the highest sample is all that is known
+    flat = [{**d, "max_allocated": 50} for d in during]
+    assert report._sampled_cuda([before, *flat]) == (20, 48, 15, "cuda:0")
+
+
+def test_cuda_oom_digest_from_a_snapshot():
+    from jobprof.plugins.task_memory import oom
+
+    frames = [{"filename": "/x/torch/nn/functional.py", "line": 10, "name": "linear"},
+              {"filename": "/job/train.py", "line": 42, "name": "forward"}]
+    snapshot = {"segments": [{"device": 0, "address": 1, "total_size": 8 << 30, "stream": 0,
+                              "segment_type": "large", "allocated_size": 6 << 30, "active_size": 6 << 30,
+                              "blocks": [{"size": 4 << 30, "requested_size": 4 << 30, "address": 1,
+                                          "state": "active_allocated", "frames": frames},
+                                         {"size": 2 << 30, "requested_size": (2 << 30) - 5, "address": 2,
+                                          "state": "active_allocated", "frames": []},
+                                         {"size": 2 << 30, "requested_size": 0, "address": 3,
+                                          "state": "inactive", "frames": []}]}],
+                "device_traces": [[{"action": "alloc", "addr": 1, "size": 4 << 30, "frames": frames},
+                                   {"action": "oom", "size": 3 << 30, "frames": frames}]]}
+
+    class Memory:
+        @staticmethod
+        def _snapshot():
+            return snapshot
+
+    class Cuda:
+        memory = Memory
+
+        @staticmethod
+        def is_initialized():
+            return True
+
+    class Torch:
+        cuda = Cuda
+
+    digest = oom.cuda_digest(Torch, 0)
+    assert digest["live_bytes"] == (6 << 30) - 5 and digest["reserved_bytes"] == 8 << 30
+    assert digest["largest"][0] == {"bytes": 4 << 30, "where": "/job/train.py:42 forward"}
+    assert digest["last_events"][-1]["action"] == "oom"
