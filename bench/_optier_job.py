@@ -12,7 +12,8 @@
   recorded (``schedule(wait=0, warmup=0, active=1)``), input shapes, and a Chrome trace per
   step written to DIR by ``on_trace_ready``; ``prof.step()`` ends each step and is part of
   its time (that is where torch.profiler cuts and exports).  ``--with-flops`` adds its FLOP
-  estimates (the counterpart of a jobprof metric group).
+  estimates (the counterpart of a jobprof metric group), ``--profile-memory`` its allocator
+  events (the counterpart of task_memory).
 * ``--model``: ``mlp`` (the example's), ``lm`` (a 2-layer transformer language model, d=128,
   AdamW: ~570 top-level operators per step, many small views) or ``conv`` (a small conv net on
   32x32 images, SGD with momentum).  Under torchrun (``WORLD_SIZE`` > 1) the model is wrapped in
@@ -46,7 +47,7 @@ from train_mlp import Synthetic  # the example's data, not a copy
 
 
 def _profiler(trace_dir: Path, flops: bool, whole_after: int | None = None,
-              steps: int = 0) -> torch.profiler.profile:
+              steps: int = 0, memory: bool = False) -> torch.profiler.profile:
     """torch.profiler writing a Chrome trace per step, or (``whole_after`` W) one trace of every
     step after the first W, which it spends warming up: one session, no restart per step."""
     trace_dir.mkdir(parents=True, exist_ok=True)
@@ -59,7 +60,7 @@ def _profiler(trace_dir: Path, flops: bool, whole_after: int | None = None,
         torch.profiler.schedule(wait=0, warmup=whole_after, active=steps - whole_after, repeat=1)
     return torch.profiler.profile(
         activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True, with_flops=flops,
-        schedule=schedule, on_trace_ready=ready)
+        profile_memory=memory, schedule=schedule, on_trace_ready=ready)
 
 
 class LM(nn.Module):
@@ -144,6 +145,8 @@ def main() -> None:
     parser.add_argument("--with-flops", action="store_true", help="torch.profiler's FLOP estimates too")
     parser.add_argument("--torch-whole-after", type=int, metavar="W",
                         help="with --torch-profiler: one trace of every step after the first W")
+    parser.add_argument("--profile-memory", action="store_true",
+                        help="with --torch-profiler: its profile_memory too (allocator events)")
     parser.add_argument("--model", choices=["mlp", "lm", "conv"], default="mlp")
     args = parser.parse_args()
 
@@ -164,7 +167,7 @@ def main() -> None:
 
     trace_dir = Path(args.torch_profiler) / f"rank{rank}" if args.torch_profiler and world > 1 \
         else Path(args.torch_profiler) if args.torch_profiler else None
-    prof = _profiler(trace_dir, args.with_flops, args.torch_whole_after, args.steps) \
+    prof = _profiler(trace_dir, args.with_flops, args.torch_whole_after, args.steps, args.profile_memory) \
         if trace_dir is not None else None
     times: list[float] = []
     with prof if prof is not None else contextlib.nullcontext():

@@ -3,7 +3,7 @@
     python bench/run.py [--quick] [--only NAME[,NAME...]] [--json out.json]
 
 NAME: startup steps tier hotpath dp mstx ddp hccl-cost optier optier-memory optier-vs-torch
-fusion-op export bigop analysis (optier-memory and fusion-op: full runs, or by name)
+memory fusion-op export bigop analysis (optier-memory and fusion-op: full runs, or by name)
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -31,6 +31,7 @@ import dp
 import export_rate
 import fusion_op
 import hotpath
+import memory
 import mstx
 import optier
 import optier_vs_torch
@@ -68,7 +69,7 @@ def measured() -> Iterator[dict[str, Any]]:
 
 
 NAMES = ("startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp", "hccl-cost", "optier", "optier-memory",
-         "optier-vs-torch", "fusion-op", "export", "analysis", "bigop")
+         "optier-vs-torch", "memory", "fusion-op", "export", "analysis", "bigop")
 
 
 def _names(text: str) -> frozenset[str]:
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                                        "(default 3, quick 1)")
     parser.add_argument("--fusion-rounds", type=int, help="fusion-op rounds of 4 arms (default 3, quick 1)")
     parser.add_argument("--fusion-steps", type=int, help="fusion-op steps per run (default 60, quick 30)")
+    parser.add_argument("--memory-rounds", type=int, help="memory rounds of 7 arms (default 3, quick 1)")
+    parser.add_argument("--memory-steps", type=int, help="memory steps per run (default 60, quick 30)")
     parser.add_argument("--ovt-steps", type=int, help="optier-vs-torch steps per run (default 60, quick 30)")
     parser.add_argument("--optier-metrics", action="store_true",
                         help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
@@ -207,6 +210,13 @@ def main(argv: list[str] | None = None) -> int:
             report["optier-vs-torch"] = result
             table += optier_vs_torch.rows(result)
             notes += optier_vs_torch.notes(result)
+        if args.only is None or "memory" in args.only:
+            with measured() as result:
+                result.update(memory.run(args.memory_rounds or (1 if args.quick else 3),
+                                         args.memory_steps or (30 if args.quick else 60),
+                                         ("lm",) if args.quick else memory.WORKLOADS))
+            report["memory"] = result
+            table += memory.rows(result)
         # 4 arms each compiling cold (2.5 minutes even quick): full runs only, or by name
         if (args.only is None and not args.quick) or "fusion-op" in (args.only or ()):
             with measured() as result:
@@ -245,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
     for name in ("startup", "steps", "tier", "dp", "mstx", "ddp", "hccl-cost", "hotpath", "hotpath_tier",
-                 "optier", "optier-memory", "fusion-op", "export", "bigop", "analysis"):
+                 "optier", "optier-memory", "memory", "fusion-op", "export", "bigop", "analysis"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work
