@@ -59,6 +59,8 @@ if __name__ == "__main__":
         del early[:10]  # blocks allocated before the capture, freed inside it
         if "leak" in sys.argv:
             kept.append(torch.zeros(256 * 1024))  # 1 MiB a step, never freed
+        if "churn" in sys.argv:  # 600 blocks a step, freed by the next step
+            held = [torch.empty(4) for _ in range(600)]
         if "oom" in sys.argv and step == 3:
             raise MemoryError("simulated: the job ran out of memory")
         print(step, repr(loss.item()))
@@ -339,3 +341,17 @@ def test_cuda_oom_digest_from_a_snapshot():
     assert digest["live_bytes"] == (6 << 30) - 5 and digest["reserved_bytes"] == 8 << 30
     assert digest["largest"][0] == {"bytes": 4 << 30, "where": "/job/train.py:42 forward"}
     assert digest["last_events"][-1]["action"] == "oom"
+
+
+def test_sampled_capture_keeps_stderr_and_names_its_iterations(tmp_path):
+    """task_trace_every 2: Kineto pauses and resumes at iteration ends; the 600 blocks a paused
+    iteration allocates are freed in the next, sampled one: 1,200 frees of blocks c10 did not see
+    allocated, whose warning would print at the 1000th if only the capture's start absorbed it."""
+    runner = Runner(tmp_path)
+    profiled = runner.run(JOB, {**OPERATOR_TIER, "task_trace_every": 2}, args=["churn"], timeout=240)
+    plain = runner.run(runner.tmp / "job.py", None, mode=None, args=["churn"])
+    assert profiled.stdout == plain.stdout
+    assert [line for line in profiled.stderr.splitlines() if not line.startswith("jobprof:")] == []
+    device = runner.device_dir()
+    assert sorted(_files(device, "operator_memory")) == [1, 3, 5]  # the sampled iterations
+    assert sorted(_files(device, "memory_record")) == list(range(1, STEPS + 1))  # RSS: every one

@@ -7,13 +7,14 @@ profiling started, ...`` on stderr at the first such free and at every 1000th af
 (``ProfiledCPUMemoryReporter::Delete``, a counter shared by the process, no switch to turn it
 off).  Unprofiled, the job prints no such line.
 
-So at the capture's start jobprof frees, itself, blocks allocated just before it (:func:`probes`)
-until the counter passes a multiple of 1000, with stderr's file descriptor pointed at a
-memory file for those few milliseconds (:func:`absorb`): the warning lands there, anything
-else written meanwhile (another thread's output) is copied back to the real stderr.  The next
-999 unknown frees are then silent; a job that frees more than that many blocks it allocated
-outside the capture (``task_trace_every`` pauses it) sees the line again, as torch.profiler's
-users do.  Where ``os.memfd_create`` is missing nothing is redirected, and the line may show.
+So at the capture's start, and as it resumes after a pause (``task_trace_every``), jobprof
+frees, itself, blocks allocated while profiling was off (:func:`probes`) until the counter
+passes a multiple of 1000, with stderr's file descriptor pointed at a memory file for those few
+milliseconds (:func:`absorb`): the warning lands there, anything else written meanwhile
+(another thread's output) is copied back to the real stderr.  At least 992 unknown frees are
+then silent; a sampled stretch of the capture that frees more blocks it did not see allocated
+sees the line again, as torch.profiler's users do.  Where ``os.memfd_create`` is missing
+nothing is redirected, and the line may show.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from typing import Any
 MESSAGE = b"Memory block of unknown size was allocated before"
 #: c10 prints at every 1000th unknown free: this many frees pass a multiple of it
 PROBES = 1000
+#: frees between two looks at the memory file (past the warning, at most this many - 1 more
+#: frees count toward the next one)
+CHECK_EVERY = 8
 
 
 def probes(torch: Any) -> list[Any]:
@@ -48,7 +52,8 @@ def absorb(blocks: list[Any]) -> list[Any]:
         saved = os.dup(2)
         os.dup2(sink, 2)
         while blocks:
-            blocks.pop()  # freed here: an unknown free
+            for _ in range(min(CHECK_EVERY, len(blocks))):
+                blocks.pop()  # freed here: an unknown free
             if os.fstat(sink).st_size and MESSAGE in os.pread(sink, 1 << 16, 0):
                 break
     except OSError:

@@ -480,6 +480,9 @@ class OpCapture:
         if pause:
             self._python_flag(False)
             self.paused = True
+            if self.detail.memory:  # blocks for the resume to free (memory profiling off now)
+                self._probes = []
+                self._probes = memwarn.probes(self._torch)
         else:
             self._enable()
         self._reopen(blocks)  # ... and continue them in the new one (paused: unrecorded)
@@ -507,6 +510,8 @@ class OpCapture:
         self._end(blocks)  # the unrecorded continuations opened at the pause
         self._enable()
         self.paused = False
+        if self._probes:  # what the pause left unseen is freed now: c10 would warn (memwarn)
+            self._probes = memwarn.absorb(self._probes)
         self._cut_ns = self._window_ns = self.resumed_ns = time.monotonic_ns()
         self._reopen(blocks)
 
