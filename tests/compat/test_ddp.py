@@ -37,7 +37,8 @@ def torchrun(port: int) -> list[str]:
 @pytest.mark.slow
 def test_ddp_gloo(tmp_path):
     # run_matrix's arms share one launcher: here each arm has its own master port, two at a time
-    jobs = {"unprofiled": None, **{name: OPTION_SETS[name] for name in DEFAULT_SETS}}
+    sets = (*DEFAULT_SETS, "memory") if "l1" in DEFAULT_SETS else DEFAULT_SETS  # task_memory per rank
+    jobs = {"unprofiled": None, **{name: OPTION_SETS[name] for name in sets}}
     ports = free_ports(len(jobs))
     with ThreadPoolExecutor(2) as pool:
         futures = {label: pool.submit(run, "ddp.py", tmp_path, label, opts, ["6"], timeout=600,
@@ -52,4 +53,9 @@ def test_ddp_gloo(tmp_path):
         assert_same(base, run_, NOTHING)
         for device in range(RANKS):
             assert_iterations(run_, steps, "optimizer_step", device=device)
-            assert_summary_sane(run_, device=device)
+            model = assert_summary_sane(run_, device=device)
+            if run_.label == "memory":  # every rank's peak, and its allocations in operator_memory
+                rows = model["sections"]["memory"]["rows"]
+                assert sorted(row[0] for row in rows) == list(range(RANKS)), rows
+                summary = run_.prof_dir() / f"device_{device}" / "summary"
+                assert len(list(summary.glob("operator_memory_*.csv"))) == steps
