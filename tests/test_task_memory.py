@@ -88,7 +88,7 @@ def _section(model: dict, key: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def leak(tmp_path_factory) -> tuple[Runner, object, object]:
     runner = Runner(tmp_path_factory.mktemp("memory_leak"))
-    profiled = runner.run(JOB, OPERATOR_TIER, args=["leak"], timeout=240)
+    profiled = runner.run(JOB, {**OPERATOR_TIER, "kineto_trace": "on"}, args=["leak"], timeout=240)
     plain = runner.run(runner.tmp / "job.py", None, mode=None, args=["leak"])
     return runner, profiled, plain
 
@@ -152,6 +152,15 @@ def test_memory_record_and_counters(leak):
         counters = [e for e in events if e.get("ph") == "C"]
         assert {e["name"] for e in counters} == {"PyTorch CPU (MB)", "Process RSS (MB)"}
         assert len([e for e in counters if e["name"] == "PyTorch CPU (MB)"]) == len(pytorch)
+        # the PyTorch-profiler form (kineto_trace) carries them as Kineto writes them
+        doc = json.loads((device / "timeline" / f"kineto_0_{MODEL}_{index}.json").read_text())
+        memory = [e for e in doc["traceEvents"] if e.get("name") == "[memory]"]
+        assert len(memory) == len(pytorch)
+        for e, r in zip(memory, pytorch, strict=True):  # the CSV's KB have 3 decimals
+            assert abs(e["args"]["Total Allocated"] - Decimal(r["Total Allocated(KB)"]) * 1024) < 1
+        kinds = {(e["ph"], e["cat"], e["args"]["Device Type"]) for e in memory}
+        assert kinds == {("i", "cpu_instant_event", 0)}
+        assert "op_memory" in doc["jobprof"]["sources"]
 
 
 def test_summary_peak_holders_and_creep(leak):

@@ -10,6 +10,8 @@ events (pid / tid as torch.profiler uses them, plus jobprof's own tracks):
   of their own, ``tid = thread + k * 2**22`` (see :mod:`jobprof.plugin.lanes`), named after the thread
   they belong to: they may overlap the thread's operators without nesting;
 * CUDA device work on ``pid`` = device index, ``tid`` = stream (Kineto's own layout);
+* with task_memory's operator tier, each allocation and free as Kineto's ``[memory]`` instant
+  event on the thread that made it;
 * on a CPU-only job, each op_summary task again as a ``kernel`` on the pseudo device
   ``pid = PSEUDO_PID_BASE + device id``, ``tid`` = the thread that ran it (see the plugin docs).
 """
@@ -23,9 +25,11 @@ from typing import Any
 from jobprof.plugin import (
     LANE_STRIDE,
     NA,
+    OP_MEMORY_STREAM,
     BatchRecord,
     CollectiveRecord,
     ExportContext,
+    MemoryEvent,
     OpRecord,
     StepPointsRecord,
     TxRecord,
@@ -52,7 +56,8 @@ _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
 _RECORD_FUNCTION_DOMAIN = "record_function"
 #: the streams a file is rendered from, besides the iteration record; all but the operators
 #: are other plugins' streams, read through their declarations (jobprof.plugin.types)
-_SOURCES = ("ops", StepPointsRecord.STREAM, CollectiveRecord.STREAM, TxRecord.STREAM, BatchRecord.STREAM)
+_SOURCES = ("ops", OP_MEMORY_STREAM, StepPointsRecord.STREAM, CollectiveRecord.STREAM, TxRecord.STREAM,
+            BatchRecord.STREAM)
 
 
 def profiler_step(iteration: int) -> int:
@@ -94,6 +99,18 @@ class _Builder:
     def next_external(self) -> int:
         self.external += 1
         return self.external
+
+
+def _memory(b: _Builder) -> None:
+    """The allocator events (task_memory) as Kineto writes them with ``profile_memory``
+    (``[memory]`` instant events): HTA's and TensorBoard's memory views read these."""
+    for e in b.ctx.records(OP_MEMORY_STREAM):
+        if not isinstance(e, MemoryEvent):
+            continue
+        args = {"Total Reserved": max(e.total_reserved, 0), "Total Allocated": e.total_allocated,
+                "Bytes": e.bytes, "Device Id": e.device, "Device Type": e.device_type, "Addr": e.addr}
+        b.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+                         "pid": b.ctx.pid, "tid": e.tid, "ts": b.us(e.ts), "args": args})
 
 
 def training_thread(ctx: ExportContext, view: opview.OpView | None) -> int:
@@ -333,6 +350,7 @@ def render(ctx: ExportContext) -> str:
     _collectives(b)
     _mstx(b, skip_record_function=view is not None)
     _dataloader(b)
+    _memory(b)
     sources = ["iteration", *(s for s in _SOURCES if ctx.records(s))]
     name = SPEC.filename(ctx.device_id, it.model_id, it.index)
     doc: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": []}
