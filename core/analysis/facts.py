@@ -33,7 +33,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from jobprof.analysis import breakdown
 from jobprof.analysis.profile import Facts, Profile
@@ -112,6 +112,24 @@ Parts = tuple[tuple[int | None, ...], dict[str, str]]
 _BASES: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
 
+class Kept(NamedTuple):
+    """What the exporter keeps of an iteration with operators as it renders it: its parts and
+    the plugins' ``jobprof_iteration_facts`` digests (by plugin), so the facts written after
+    decode none of its operator windows again."""
+
+    parts: Parts | None
+    digests: dict[str, Any]
+
+
+def kept_of(manager: PluginManager, streams: Mapping[str, list[Any]]) -> Kept | None:
+    """An iteration's :class:`Kept` (None without its record)."""
+    parts = iteration_parts(manager, streams)
+    if parts is None:
+        return None
+    it = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
+    return Kept(parts, dict(manager.iteration_facts(it, streams)))
+
+
 def iteration_parts(manager: PluginManager, streams: Mapping[str, list[Any]]) -> Parts | None:
     """The parts of the iteration whose raw ``streams`` these are (None without its record):
     what the plugins' ``jobprof_iteration_spans`` answers paint.  The profiled job's exporter
@@ -129,20 +147,20 @@ def iteration_parts(manager: PluginManager, streams: Mapping[str, list[Any]]) ->
 
 
 class PartsKept:
-    """Each iteration's parts, computed as an export renders it (``export_device``'s
-    ``on_streams``), so that :func:`write` (its ``known``) does not read and decode the operator
-    windows a second time (they were half of ``jobprof export``'s time)."""
+    """Each iteration's parts and plugin digests, computed as an export renders it
+    (``export_device``'s ``on_streams``), so that :func:`write` (its ``known``) does not read
+    and decode the operator windows a second time (they were half of ``jobprof export``'s time)."""
 
     def __init__(self, manager: PluginManager) -> None:
         self.manager = manager
-        #: iteration index -> parts, for the iterations with operators
-        self.parts: dict[int, Parts] = {}
+        #: iteration index -> what is kept, for the iterations with operators
+        self.parts: dict[int, Kept] = {}
 
     def __call__(self, index: int, streams: Mapping[str, list[Any]]) -> None:
         if not streams.get(rawstore.OPS_STREAM):
             return  # without operators the facts read little: nothing to save
         try:
-            found = iteration_parts(self.manager, streams)
+            found = kept_of(self.manager, streams)
         except Exception:
             return  # the facts compute it from the raw data instead (and report what fails)
         if found is not None:
@@ -150,7 +168,7 @@ class PartsKept:
 
 
 def iteration_rows(profile: Profile, manager: PluginManager, device: int,
-                   progress: Progress = quiet, known: Mapping[int, Parts] | None = None
+                   progress: Progress = quiet, known: Mapping[int, Kept] | None = None
                    ) -> Iterator[dict[str, Any]]:
     """One row per selected iteration of ``device``: its time and parts in ms, and their basis.
     ``known``: parts already computed, by iteration (their operator windows are not read)."""
@@ -161,7 +179,9 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
         if not records:
             continue
         it = Iteration.from_record(records[0])
-        found = known.get(index) or iteration_parts(manager, streams)
+        kept = known.get(index)
+        found = kept.parts if kept is not None and kept.parts is not None else \
+            iteration_parts(manager, streams)
         assert found is not None  # the iteration record is there
         values, basis = found
         parts = dict(zip(breakdown.PARTS, values, strict=True))
@@ -215,13 +235,15 @@ def plugin_keys(manager: PluginManager) -> list[str]:
 
 def reduce_device(profile: Profile, manager: PluginManager, device: int,
                   progress: Progress = quiet, tables: bool = True,
-                  known: Mapping[int, Parts] | None = None) -> Facts:
+                  known: Mapping[int, Kept] | None = None) -> Facts:
     """One device's facts, computed from its raw data (``profile`` holds that device);
     ``tables``: with ``jobprof diff``'s tables (key ``diff_tables``); ``known``: as
     :func:`iteration_rows` takes it."""
     problems: list[str] = []
     with rawstore.reporting(problems.append):
         rows = list(iteration_rows(profile, manager, device, progress, known))
+        if known:
+            profile.keep_digests(device, {index: kept.digests for index, kept in known.items()})
         entry = rank_entry(profile, device, rows)
         iterations = list(profile.records(rawstore.ITERATION_STREAM, device))
         plugins = {name: value for name, value in manager.rank_facts(profile, device)}
@@ -301,7 +323,7 @@ def read_cached(profile: Profile, device: int, keys: list[str], tables: bool = F
 
 
 def write(prof_dir: Path, manager: PluginManager, devices: Iterable[int] | None = None,
-          known: Mapping[int, Mapping[int, Parts]] | None = None) -> list[Path]:
+          known: Mapping[int, Mapping[int, Kept]] | None = None) -> list[Path]:
     """Compute and keep the facts of ``devices`` (default every one) of a whole profile; the
     exporter's last step.  A device whose facts cannot be written is named and skipped.
     ``known``: by device, the parts of the iterations the exporter computed as it rendered

@@ -11,6 +11,7 @@ cache, which keeps memory bounded on long runs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 from typing import Any, TextIO, TypeVar, cast
@@ -21,6 +22,7 @@ from jobprof.files.profdir import PROF_RE, device_dirs, device_id, info_rank, it
 from jobprof.plugin.records import SharedRecord
 from jobprof.plugin.timeline import NAME as MASTER
 from jobprof.plugin.values import Iteration
+from jobprof.plugin.views import DigestOf
 
 _R = TypeVar("_R", bound=SharedRecord)
 
@@ -67,6 +69,8 @@ class Profile:
             self._devices = {dev: d for dev, d in self._folders.items()
                              if selection.has_rank(self._rank(dev, d))}
         self._facts: dict[int, Facts] = {}
+        #: by device, iteration: the plugins' jobprof_iteration_facts digests an exporter kept
+        self._digests: dict[int, dict[int, dict[str, Any]]] = {}
         # device -> stream -> tagged records; devices whose light streams are all cached
         self._cache: dict[int, dict[str, list[Any]]] = {}
         self._heavy: dict[int, set[str]] = {}
@@ -129,6 +133,30 @@ class Profile:
         if gathered is not None and plugin in gathered.get("asked", ()):
             return gathered["plugins"].get(plugin)
         return compute(self, device)
+
+    def keep_digests(self, device: int, digests: dict[int, dict[str, Any]]) -> None:
+        """Hand the profile the digests an exporter kept as it rendered (``{iteration:
+        {plugin: digest}}``): :meth:`iteration_facts` answers from them."""
+        self._digests[device] = digests
+
+    def iteration_facts(self, plugin: str, device: int, compute: DigestOf) -> Iterator[tuple[int, Any]]:
+        """``(iteration, digest)`` of each selected iteration of ``device`` where ``plugin``'s
+        ``jobprof_iteration_facts`` answered: the kept digest (its operator windows are not
+        read), else ``compute(iteration, streams)`` on the raw data; JSON-plain either way."""
+        kept = self._digests.get(device, {})
+        have = {index for index, digests in kept.items() if plugin in digests}
+        for index, streams in self.streams(device, skip_ops=have):
+            if index in have:
+                value = kept[index][plugin]
+            else:
+                records = streams.get(rawstore.ITERATION_STREAM) or []
+                if not records:
+                    continue
+                value = compute(Iteration.from_record(records[0]), streams)
+                if value is not None:
+                    value = json.loads(json.dumps(value, allow_nan=False))
+            if value is not None:
+                yield index, value
 
     # -- raw data -------------------------------------------------------------------------
     def iterations(self, device: int) -> list[Iteration]:

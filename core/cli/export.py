@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     empty: list[int] = []
     rendered_any = False
     #: by device, the parts of the iterations rendered here: the facts file reads no window again
-    known: dict[int, dict[int, facts.Parts]] = {}
+    known: dict[int, dict[int, facts.Kept]] = {}
     for device_dir in devices:
         _wait_for_exporter(device_dir)
         only = _missing(device_dir) if args.wait else None

@@ -19,6 +19,7 @@ Lifecycle of one profiled process::
     reporting      jobprof_rank_facts(profile, device)  per device: aggregates kept in its facts file
                    jobprof_report_sections(profile)    by `jobprof summary` and `jobprof report`
                    jobprof_iteration_spans(iteration, streams)   by `jobprof summary`, per iteration
+                   jobprof_iteration_facts(iteration, streams)   per iteration, for jobprof_rank_facts
                    jobprof_breakdown_sources()         by `jobprof summary`: who measures which part
                    jobprof_diff_tables(profile, device)   per device, beside jobprof_rank_facts
 
@@ -268,6 +269,29 @@ def jobprof_iteration_spans(iteration: Iteration, streams: Mapping[str, list]) -
         def jobprof_iteration_spans(iteration, streams):
             waits = [(r["t0"], r["t1"]) for r in streams.get("my_loader", ())]
             return {"data_wait": waits} if waits else None
+    """
+
+
+@hookspec
+def jobprof_iteration_facts(iteration: Iteration, streams: Mapping[str, list]) -> Any:
+    """Return this plugin's small digest of one iteration, for its :func:`jobprof_rank_facts`.
+
+    The map step below ``jobprof_rank_facts``, for facts that need the operator windows
+    (``ops``, ``op_memory``), whose decoding costs as much as rendering them: the exporter calls
+    it on each iteration with operators as it renders it (in the profiled job and in ``jobprof
+    export``, the streams already decoded) and keeps the answer, so the facts written after
+    decode no window again.  Read the digests back in ``jobprof_rank_facts`` with
+    ``profile.iteration_facts(<plugin name>, device, <this function>)``, which calls the function
+    itself on an iteration nothing kept.  A pure function of its arguments; return JSON-ready
+    data, a few hundred bytes (the job keeps one per iteration until it exits), or None for an
+    iteration without your data.
+
+    Example::
+
+        @hookimpl
+        def jobprof_iteration_facts(iteration, streams):
+            ops = streams.get("ops") or []
+            return {"mm_ns": sum(r.dur for r in ops if r.name == "aten::mm")} if ops else None
     """
 
 

@@ -457,6 +457,11 @@ class PluginManager(pluggy.PluginManager):
         """``jobprof_iteration_spans`` of every loaded plugin: ``(plugin, {category: spans})``."""
         return self._answers("jobprof_iteration_spans", False, iteration=iteration, streams=streams)
 
+    def iteration_facts(self, iteration: Iteration, streams: Mapping[str, list]) -> list[tuple[str, Any]]:
+        """``jobprof_iteration_facts`` of every loaded plugin: ``(plugin, digest)``, as JSON
+        gives it back."""
+        return self._answers("jobprof_iteration_facts", False, iteration=iteration, streams=streams)
+
     def rank_facts(self, profile: Profile, device: int) -> list[tuple[str, Any]]:
         """``jobprof_rank_facts(profile, device)`` of every loaded plugin: ``(plugin, facts)``,
         the facts as JSON gives them back (tuples read as lists), whichever way they travel."""
@@ -618,6 +623,7 @@ CHECKS: dict[str, Callable[[PluginManager, str, Any], Any]] = {
     "jobprof_writers": _check_writers,
     "jobprof_report_sections": _check_sections,
     "jobprof_rank_facts": _check_facts,
+    "jobprof_iteration_facts": _check_facts,
     "jobprof_iteration_spans": _check_spans,
     "jobprof_aic_metrics": _check_metrics,
     "jobprof_diff_tables": lambda manager, plugin, result: _as_list(result, DiffTable),

@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, TextIO, TypeVar
 
@@ -24,6 +24,9 @@ from jobprof.plugin.records import SharedRecord
 from jobprof.plugin.values import Iteration
 
 _R = TypeVar("_R", bound=SharedRecord)
+
+#: a plugin's ``jobprof_iteration_facts``: ``(iteration, streams) -> digest``
+DigestOf = Callable[[Iteration, Mapping[str, list[Any]]], Any]
 
 
 class Profile(Protocol):
@@ -46,6 +49,11 @@ class Profile(Protocol):
     def facts(self, plugin: str, device: int, compute: Callable[[Profile, int], Any]) -> Any:
         """``plugin``'s ``jobprof_rank_facts`` answer for ``device``: the gathered one when the
         command gathered facts, else ``compute(self, device)``."""
+
+    def iteration_facts(self, plugin: str, device: int, compute: DigestOf) -> Iterator[tuple[int, Any]]:
+        """``(iteration, digest)`` of each selected iteration of ``device`` where ``plugin``'s
+        ``jobprof_iteration_facts`` answered: the digest the exporter kept as it rendered it
+        (no operator window read), else ``compute(iteration, streams)`` on the raw data."""
 
     def iterations(self, device: int) -> list[Iteration]:
         """The selected iterations of ``device``, in order."""

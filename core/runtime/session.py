@@ -440,12 +440,12 @@ class Session:
                                   "(summary and report will read the raw data instead)")
 
     def _parts_of(self, streams: Mapping[str, list[Any]]) -> Any:
-        """An iteration's summary parts, asked by the exporter as it renders one with operators
-        (sink thread): the facts file written at exit takes them instead of reading its operator
-        windows again, which cost as much as rendering them."""
+        """An iteration's summary parts and plugin digests, asked by the exporter as it renders
+        one with operators (sink thread): the facts file written at exit takes them instead of
+        reading its operator windows again, which cost as much as rendering them."""
         from jobprof.analysis import facts
 
-        return facts.iteration_parts(self.manager, streams)
+        return facts.kept_of(self.manager, streams)
 
     # -- internals -------------------------------------------------------------------------
     def _go_live(self) -> bool:

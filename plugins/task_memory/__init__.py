@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
 from jobprof.plugins.task_memory import oom
-from jobprof.plugins.task_memory.report import rank_facts, sections
+from jobprof.plugins.task_memory.report import iteration_digest, rank_facts, sections
 from jobprof.plugins.task_memory.sampler import END_SLACK_NS, MemorySampler
 from jobprof.plugins.task_memory.writer import (
     MODULES,
@@ -134,6 +134,11 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 @hookimpl
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_to_master(ctx, timeline)
+
+
+@hookimpl
+def jobprof_iteration_facts(iteration: Iteration, streams: Any) -> Any:
+    return iteration_digest(iteration, streams)
 
 
 @hookimpl

@@ -1,8 +1,11 @@
 """task_memory's part of ``jobprof summary`` / ``report``: peaks, who holds them, and findings.
 
-Map/reduce: :func:`rank_facts` reduces one device's allocator events and samples to a few numbers
-per iteration (binned to at most :data:`SERIES` rows), the iteration with the highest peak and its
-holders, the allocations never freed, and the creep verdict; :func:`sections` reads them back.
+Map/reduce: :func:`iteration_digest` (``jobprof_iteration_facts``) reduces one iteration's
+allocator events and samples to a few numbers, which the exporter keeps as it renders the
+iteration; :func:`rank_facts` reduces a device's digests to its series (binned to at most
+:data:`SERIES` rows), the iteration with the highest peak and its holders, and the creep verdict
+(naming what creeps reads the last :data:`PAIRING` iterations' windows again, only then);
+:func:`sections` reads them back.
 
 Findings (each once per rank):
 
@@ -20,6 +23,7 @@ Findings (each once per rank):
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OP_MEMORY_STREAM, OPS_STREAM, Finding, MemoryEvent, OpView, Section
@@ -27,7 +31,7 @@ from jobprof.plugins.task_memory.ledger import Namer, names_of, peaks
 from jobprof.plugins.task_memory.writer import MODULES, SAMPLES
 
 if TYPE_CHECKING:
-    from jobprof.plugin import Profile
+    from jobprof.plugin import Iteration, Profile
 
 MIB = 1 << 20
 #: per-iteration rows kept per device (a longer run keeps, per bin, its highest iteration)
@@ -37,6 +41,8 @@ CREEP_RISES = 0.75
 CREEP_MIN_BYTES = 1 * MIB
 CREEP_MIN_SHARE = 0.01
 CREEP_MIN_ITERATIONS = 4
+#: the iterations whose allocations are paired to name what creeps (their windows are read again)
+PAIRING = 32
 FRAGMENT_MIN_BYTES = 256 * MIB
 FRAGMENT_SHARE = 0.3
 ONE_OP_SHARE = 0.5
@@ -92,71 +98,78 @@ def _sampled_cuda(samples: list[dict[str, Any]]) -> tuple[int | None, int | None
     )
 
 
+def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> dict[str, Any] | None:
+    """One iteration's memory in a few numbers (``jobprof_iteration_facts``, kept by the exporter as
+    it renders an iteration with operators): ``allocator``, its ``allocated`` / ``reserved`` peak
+    and ``end`` count, the ``holders`` at the peak (top 10, by operator and module) and what
+    was allocated ``earlier``; the process's ``rss`` (peak, end, exact)."""
+    events = [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
+    samples = [s for s in streams.get(SAMPLES, ()) if isinstance(s, dict) and isinstance(s.get("ns"), int)]
+    rss_peak, rss_end, exact = _rss(samples)
+    out: dict[str, Any] = {}
+    if rss_peak is not None:
+        out["rss"] = [rss_peak, rss_end, exact]
+    if events:
+        ops = streams.get(OPS_STREAM) or []
+        names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
+        found = peaks(events, names)
+        # the device's accelerator when it has one, else the host's allocator
+        main = next((p for p in found if p.device != "CPU"), found[0])
+        out.update(
+            allocator=main.device,
+            allocated=main.allocated,
+            reserved=main.reserved if main.reserved >= 0 else None,
+            end=main.end_allocated,
+            holders=[[n, b] for n, b in main.holders[:TOP]],
+            earlier=main.earlier,
+        )
+    else:
+        peak, reserved, end, where = _sampled_cuda(samples)
+        if peak is not None:
+            out.update(allocator=where, allocated=peak, reserved=reserved, end=end, holders=[], earlier=None)
+    return out or None
+
+
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not _on(profile, device):
         return None
     series: list[list[Any]] = []
     allocator: str | None = None
     best: dict[str, Any] | None = None
-    live: dict[tuple[int, int, int], tuple[str, int, int]] = {}  # across iterations
-    last_index = 0
-    for index, streams in profile.streams(device):
-        last_index = index
-        events = [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
-        samples = [
-            s for s in streams.get(SAMPLES, ()) if isinstance(s, dict) and isinstance(s.get("ns"), int)
-        ]
-        rss_peak, rss_end, exact = _rss(samples)
-        row: list[Any] = [index, None, None, rss_peak, None, rss_end, None, None, exact]
-        if events:
-            ops = streams.get(OPS_STREAM) or []
-            names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
-            found = peaks(events, names)
-            # the device's accelerator when it has one, else the host's allocator
-            main = next((p for p in found if p.device != "CPU"), found[0])
-            allocator = main.device
-            holder = main.holders[0] if main.holders else (None, None)
-            row[1:3] = [main.allocated, main.reserved if main.reserved >= 0 else None]
-            row[4], row[6], row[7] = main.end_allocated, holder[0], holder[1]
-            if best is None or main.allocated > best["allocated"]:
+    for index, d in profile.iteration_facts("task_memory", device, iteration_digest):
+        rss = d.get("rss") or [None, None, False]
+        holders = d.get("holders") or []
+        holder = holders[0] if holders else [None, None]
+        series.append(
+            [
+                index,
+                d.get("allocated"),
+                d.get("reserved"),
+                rss[0],
+                d.get("end"),
+                rss[1],
+                holder[0],
+                holder[1],
+                rss[2],
+            ]
+        )
+        if d.get("allocated") is not None:
+            allocator = d.get("allocator")
+            if best is None or d["allocated"] > best["allocated"]:
                 best = {
                     "iteration": index,
-                    "device": main.device,
-                    "allocated": main.allocated,
-                    "reserved": row[2],
-                    "earlier": main.earlier,
-                    "holders": [[n, b] for n, b in main.holders[:TOP]],
+                    "device": allocator,
+                    "allocated": d["allocated"],
+                    "reserved": d.get("reserved"),
+                    "earlier": d.get("earlier"),
+                    "holders": holders,
                 }
-            for e, name in zip(events, names, strict=True):
-                key = (e.device_type, e.device, e.addr)
-                if e.bytes > 0:
-                    live[key] = (name, e.bytes, index)
-                else:
-                    live.pop(key, None)
-        else:
-            peak, reserved, end, where = _sampled_cuda(samples)
-            if peak is not None:
-                allocator = where
-                row[1], row[2], row[4] = peak, reserved, end
-                if best is None or peak > best["allocated"]:
-                    best = {
-                        "iteration": index,
-                        "device": where,
-                        "allocated": peak,
-                        "reserved": reserved,
-                        "earlier": None,
-                        "holders": [],
-                    }
-        series.append(row)
     if not series:
         return None
-    survivors: dict[str, list[Any]] = {}
-    for name, size, index in live.values():
-        if index < last_index:  # the last iteration's allocations may be freed by the next one
-            kept = survivors.setdefault(name, [name, 0, set()])
-            kept[1] += size
-            kept[2].add(index)
-    ranked = sorted(([n, b, len(its)] for n, b, its in survivors.values()), key=lambda r: -r[1])[:5]
+    creep = _creep(series)
+    survivors = _survivors(profile, device, [r[0] for r in series if r[4] is not None]) if creep else []
+    if creep:
+        _name_creep(creep, survivors)
     oom = profile.info(device).get("jobprof", {}).get("memory_oom")
     return {
         "allocator": allocator,
@@ -164,10 +177,57 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         "iterations": len(series),
         "peak": best,
         "peak_rss": max((r[3] for r in series if r[3] is not None), default=None),
-        "creep": _creep(series, ranked),
-        "survivors": ranked,
+        "creep": creep,
+        "survivors": survivors,
         "oom": oom if isinstance(oom, dict) else None,
     }
+
+
+def _survivors(profile: Profile, device: int, indices: list[int]) -> list[list[Any]]:
+    """The allocations of the last :data:`PAIRING` iterations with allocator events (``indices``)
+    still live at the end of the last one (which is left out: the next may free them), by
+    operator: ``[name, bytes, iterations]``, most bytes first (top 5).  Reads those iterations'
+    operator windows (only when memory creeps)."""
+    window = set(indices[-PAIRING:])
+    if len(window) < 2:
+        return []
+    last = max(window)
+    live: dict[tuple[int, int, int], tuple[str, int, int]] = {}
+    skip = _Except(window)
+    for index, streams in profile.streams(device, skip_ops=skip):
+        events = (
+            [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
+            if index in window
+            else []
+        )
+        if not events:
+            continue
+        ops = streams.get(OPS_STREAM) or []
+        names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
+        for e, name in zip(events, names, strict=True):
+            key = (e.device_type, e.device, e.addr)
+            if e.bytes > 0:
+                live[key] = (name, e.bytes, index)
+            else:
+                live.pop(key, None)
+    by_name: dict[str, list[Any]] = {}
+    for name, size, index in live.values():
+        if index < last:
+            kept = by_name.setdefault(name, [name, 0, set()])
+            kept[1] += size
+            kept[2].add(index)
+    ranked = sorted(([n, b, len(its)] for n, b, its in by_name.values()), key=lambda r: -r[1])
+    return [r for r in ranked if r[2] * 2 >= len(window) - 1][:5]
+
+
+class _Except:
+    """Every iteration but those of ``window`` (``skip_ops``: their operator windows are not read)."""
+
+    def __init__(self, window: set[int]) -> None:
+        self.window = window
+
+    def __contains__(self, index: object) -> bool:
+        return index not in self.window
 
 
 def _binned(series: list[list[Any]]) -> list[list[Any]]:
@@ -180,7 +240,7 @@ def _binned(series: list[list[Any]]) -> list[list[Any]]:
     ]
 
 
-def _creep(series: list[list[Any]], survivors: list[list[Any]]) -> dict[str, Any] | None:
+def _creep(series: list[list[Any]]) -> dict[str, Any] | None:
     """Growth of memory at the iteration's end (allocated where known, else RSS), after the
     first iteration (which allocates what stays: optimizer state, caches)."""
     points: list[tuple[int, int]] = []
@@ -196,11 +256,10 @@ def _creep(series: list[list[Any]], survivors: list[list[Any]]) -> dict[str, Any
     steps = [b - a for a, b in itertools.pairwise(values)]
     growth = values[-1] - values[0]
     peak = max(r[1] or r[3] or 0 for r in series)
-    if growth < max(CREEP_MIN_BYTES, CREEP_MIN_SHARE * peak) or sum(
-        1 for s in steps if s > 0
-    ) < CREEP_RISES * len(steps):
+    rises = sum(1 for s in steps if s > 0)
+    if growth < max(CREEP_MIN_BYTES, CREEP_MIN_SHARE * peak) or rises < CREEP_RISES * len(steps):
         return None
-    found: dict[str, Any] = {
+    return {
         "basis": basis,
         "first": points[0][0],
         "last": points[-1][0],
@@ -208,12 +267,13 @@ def _creep(series: list[list[Any]], survivors: list[list[Any]]) -> dict[str, Any
         "to_bytes": values[-1],
         "per_iteration": growth / (points[-1][0] - points[0][0]),
     }
-    # the operator whose never-freed allocations came in at least half of the iterations
-    for name, size, count in survivors:
-        if count * 2 >= len(points):
-            found.update(operator=name, operator_bytes=size, operator_iterations=count)
-            break
-    return found
+
+
+def _name_creep(creep: dict[str, Any], survivors: list[list[Any]]) -> None:
+    """The operator whose allocations are never freed: the one holding the most of them."""
+    if survivors:
+        name, size, count = survivors[0]
+        creep.update(operator=name, operator_bytes=size, operator_iterations=count)
 
 
 def _mib(value: int | None) -> str:
