@@ -24,7 +24,10 @@ from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
 ROOT = Path(__file__).resolve().parent.parent
-OPTIONS = {"training_trace": "on", "hccl": "on", "dp": "on", "msproftx": "on", "task_trace": "l0"}
+#: task_memory: its facts come from per-iteration digests (jobprof_iteration_facts), kept as the
+#: export renders, so the decode-once check covers them
+OPTIONS = {"training_trace": "on", "hccl": "on", "dp": "on", "msproftx": "on", "task_trace": "l0",
+           "task_memory": "on"}
 
 
 @pytest.fixture(scope="module")
@@ -220,6 +223,8 @@ def test_export_decodes_each_operator_window_once(prof: Path, monkeypatch: pytes
     assert main(["export", str(prof)]) == 0
     assert sorted(decoded) == windows  # each once
     exported = {p.name: p.read_text().split("\n", 1)[1] for p in _files(prof)}  # below the stamp
+    assert all(facts.read_file(p)["facts"]["plugins"]["task_memory"]["peak"]["allocated"] > 0
+               for p in _files(prof))
     monkeypatch.undo()
     for path in _files(prof):
         path.unlink()
