@@ -70,7 +70,8 @@ class Profile:
                              if selection.has_rank(self._rank(dev, d))}
         self._facts: dict[int, Facts] = {}
         #: by device, iteration: the plugins' jobprof_iteration_facts digests an exporter kept
-        self._digests: dict[int, dict[int, dict[str, Any]]] = {}
+        #: (JSON text, by plugin)
+        self._digests: dict[int, dict[int, dict[str, str]]] = {}
         # device -> stream -> tagged records; devices whose light streams are all cached
         self._cache: dict[int, dict[str, list[Any]]] = {}
         self._heavy: dict[int, set[str]] = {}
@@ -134,9 +135,9 @@ class Profile:
             return gathered["plugins"].get(plugin)
         return compute(self, device)
 
-    def keep_digests(self, device: int, digests: dict[int, dict[str, Any]]) -> None:
+    def keep_digests(self, device: int, digests: dict[int, dict[str, str]]) -> None:
         """Hand the profile the digests an exporter kept as it rendered (``{iteration:
-        {plugin: digest}}``): :meth:`iteration_facts` answers from them."""
+        {plugin: digest as JSON text}}``): :meth:`iteration_facts` answers from them."""
         self._digests[device] = digests
 
     def iteration_facts(self, plugin: str, device: int, compute: DigestOf) -> Iterator[tuple[int, Any]]:
@@ -147,7 +148,7 @@ class Profile:
         have = {index for index, digests in kept.items() if plugin in digests}
         for index, streams in self.streams(device, skip_ops=have):
             if index in have:
-                value = kept[index][plugin]
+                value = json.loads(kept[index][plugin])
             else:
                 records = streams.get(rawstore.ITERATION_STREAM) or []
                 if not records:
