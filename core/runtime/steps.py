@@ -59,20 +59,20 @@ class ModuleCalls:
     """The span of every module call (outside compiled regions), with the module's path in
     its root model (``Net.encoder.layers.0``; a module no root holds: its class name).
 
-    The wrapper appends ``(start, end, thread, id)`` as each call returns (a deque append is
+    The wrapper appends ``(start, end, thread, path)`` as each call returns (a deque append is
     atomic: any thread); :meth:`take` hands an iteration the calls that started in it, as
     ``[start_ns, end_ns, native thread id, path]`` lists.  ~0.3 us per module call."""
 
     def __init__(self) -> None:
-        self._calls: deque[tuple[int, int, int, int]] = deque(maxlen=KEEP_CALLS)
+        self._calls: deque[tuple[int, int, int, str]] = deque(maxlen=KEEP_CALLS)
+        #: the paths of the root models' modules, by id (a module no root holds: its class name,
+        #: not kept: a program that builds modules as it goes does not grow this)
         self._paths: dict[int, str] = {}
         self._lock = threading.Lock()
 
     def add(self, module: Any, start: int, end: int) -> None:
-        key = id(module)
-        if key not in self._paths:
-            self._paths[key] = type(module).__name__
-        self._calls.append((start, end, threading.get_native_id(), key))
+        path = self._paths.get(id(module)) or type(module).__name__
+        self._calls.append((start, end, threading.get_native_id(), path))
 
     def name_root(self, root: Any) -> None:
         """Learn the paths of ``root``'s submodules (a root-module listener)."""
@@ -93,7 +93,7 @@ class ModuleCalls:
                     continue
                 calls.popleft()
                 if call[0] >= iteration.start_ns:
-                    out.append([call[0], call[1], call[2], self._paths.get(call[3], "?")])
+                    out.append(list(call))
         out.sort()
         return out
 
