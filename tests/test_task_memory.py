@@ -1,6 +1,6 @@
 """task_memory on real jobs: a module that allocates a known 64 MiB tensor each iteration (rows,
 holders and peaks exact to the KB), a loop that leaks one tensor per iteration (the creep finding
-names the operator and its module), a job that dies of MemoryError (exit code and traceback
+names the operator and its module), a job that runs out of memory (exit code and traceback
 unchanged, the profile closed, the summary names the failure), the step tier alone, and the
 c10 warning memory profiling causes kept off the job's stderr."""
 
@@ -61,8 +61,8 @@ if __name__ == "__main__":
             kept.append(torch.zeros(256 * 1024))  # 1 MiB a step, never freed
         if "churn" in sys.argv:  # 600 blocks a step, freed by the next step
             held = [torch.empty(4) for _ in range(600)]
-        if "oom" in sys.argv and step == 3:
-            raise MemoryError("simulated: the job ran out of memory")
+        if "oom" in sys.argv and step == 3:  # the CPU allocator refuses (a real allocation failure)
+            torch.empty(2**62, dtype=torch.uint8)
         print(step, repr(loss.item()))
 """
 OPERATOR_TIER = {"training_trace": "on", "task_trace": "l0", "task_memory": "on", "dp": "off"}
@@ -199,7 +199,9 @@ def test_no_leak_no_creep(tmp_path):
     assert _section(model, "memory")[0]["growth_per_iteration"] == 0
 
 
-def test_memory_error_keeps_exit_code_and_traceback(tmp_path):
+def test_out_of_memory_keeps_exit_code_and_traceback(tmp_path):
+    """The CPU allocator cannot allocate (torch raises a RuntimeError, "DefaultCPUAllocator:
+    can't allocate memory"): the job dies as unprofiled, the profile closes and names it."""
     runner = Runner(tmp_path)
     profiled = runner.run(JOB, OPERATOR_TIER, args=["oom"], timeout=240, check=False)
     plain = runner.run(runner.tmp / "job.py", None, mode=None, args=["oom"], check=False)
@@ -207,15 +209,16 @@ def test_memory_error_keeps_exit_code_and_traceback(tmp_path):
     assert profiled.stdout == plain.stdout
     own = [line for line in profiled.stderr.splitlines() if not line.startswith("jobprof:")]
     assert own == plain.stderr.splitlines()
-    assert own[-1] == "MemoryError: simulated: the job ran out of memory"
+    assert own[-1].startswith("RuntimeError: ") and "can't allocate memory" in own[-1]
     info = json.loads((runner.device_dir() / "info.json.0").read_text())["jobprof"]
-    assert info["end_reason"] == "exception: MemoryError"
+    assert info["end_reason"] == "exception: RuntimeError"
     oom = info["memory_oom"]
     # raised after step 4 ended: in iteration 5
-    assert oom["error"] == "MemoryError" and oom["iteration"] == 5 and oom["rss_bytes"] > 0
+    assert oom["error"] == "RuntimeError" and oom["iteration"] == 5 and oom["rss_bytes"] > 0
+    assert oom["asked_bytes"] == 2**62
     model = _summary(runner.prof_dirs()[0])
     [finding] = [f for f in model["findings"] if f["key"] == "memory_oom"]
-    assert "MemoryError" in finding["text"] and "iteration 5" in finding["text"]
+    assert "RuntimeError" in finding["text"] and "iteration 5" in finding["text"]
     assert "aten::ones (Net.big)" in finding["text"]  # what held the most at the peak
     assert model["findings"][0]["key"] == "memory_oom"  # the first thing to read
 
@@ -364,3 +367,15 @@ def test_sampled_capture_keeps_stderr_and_names_its_iterations(tmp_path):
     device = runner.device_dir()
     assert sorted(_files(device, "operator_memory")) == [1, 3, 5]  # the sampled iterations
     assert sorted(_files(device, "memory_record")) == list(range(1, STEPS + 1))  # RSS: every one
+
+
+def test_oom_errors_are_recognised():
+    from jobprof.plugins.task_memory import oom
+
+    cpu = ("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+           "you tried to allocate 35184372088832 bytes. Error code 12 (Cannot allocate memory)")
+    cuda = ("CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.11 GiB "
+            "of which 3.06 MiB is free.")
+    assert oom.asked_bytes(cpu) == 35184372088832 and oom.asked_bytes(cuda) == 20 << 20
+    assert oom.OOM_TEXT.search(cpu) and oom.OOM_TEXT.search(cuda)
+    assert oom.asked_bytes("something else") is None and not oom.OOM_TEXT.search("index out of range")

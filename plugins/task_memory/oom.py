@@ -4,17 +4,20 @@ On CUDA, once the program has initialised CUDA, the caching allocator keeps a bo
 its allocations with their Python stacks (``torch.cuda.memory._record_memory_history`` with
 ``stacks="python"``, the cheap setting, and ``max_entries`` :data:`HISTORY`), unless the program
 records one itself (its settings are left alone).  When the job ends with an uncaught
-``torch.OutOfMemoryError`` (or ``MemoryError``), the session's end (which runs after Python printed
+``torch.OutOfMemoryError``, ``MemoryError`` or an allocator's failure (:data:`OOM_TEXT`: the CPU
+allocator raises a RuntimeError), the session's end (which runs after Python printed
 the traceback: the job's exception, output and exit code are unchanged) takes the allocator's
 snapshot while the failing frames still hold their tensors, and keeps a digest in ``info.json``
 (``jobprof.memory_oom``): the iteration, the error, the largest live blocks with the Python frame
 that allocated each, and the last allocator events.  On CPU the digest holds the process's RSS and
-high-water mark; ``jobprof summary`` adds the operators holding memory at the last iteration's end.
+high-water mark and the size asked for; ``jobprof summary`` adds the operators that held the most
+at the memory peak.
 UNVERIFIED on a GPU so far.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -38,15 +41,33 @@ def start_history(torch: Any) -> str:
     return f"on (python stacks, last {HISTORY} events)"
 
 
+#: what torch's allocators say when they cannot allocate (CUDA: ``torch.OutOfMemoryError``,
+#: "CUDA out of memory. Tried to allocate 20.00 MiB"; CPU: a RuntimeError, "DefaultCPUAllocator:
+#: can't allocate memory: you tried to allocate 35184372088832 bytes")
+OOM_TEXT = re.compile(r"out of memory|can't allocate memory|cannot allocate memory", re.IGNORECASE)
+_ASKED_BYTES = re.compile(r"tried to allocate (\d+) bytes", re.IGNORECASE)
+_ASKED_UNITS = re.compile(r"tried to allocate ([\d.]+) (GiB|MiB|KiB|B)\b", re.IGNORECASE)
+_UNITS = {"b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
 def died_of_oom() -> BaseException | None:
     """The uncaught exception the program is ending with, if it is an out-of-memory error."""
     died = getattr(sys, "last_value", None)
     if not isinstance(died, BaseException):
         return None
     names = {cls.__name__ for cls in type(died).__mro__}
-    if names & {"OutOfMemoryError", "MemoryError"} or "out of memory" in str(died).lower()[:300]:
+    if names & {"OutOfMemoryError", "MemoryError"} or OOM_TEXT.search(str(died)[:2000]):
         return died
     return None
+
+
+def asked_bytes(message: str) -> int | None:
+    """The size of the allocation that failed, where the error says it."""
+    found = _ASKED_BYTES.search(message)
+    if found:
+        return int(found[1])
+    found = _ASKED_UNITS.search(message)
+    return round(float(found[1]) * _UNITS[found[2].lower()]) if found else None
 
 
 def _frame(frames: Any) -> str:
@@ -99,11 +120,13 @@ def cuda_digest(torch: Any, device: int | None) -> dict[str, Any]:
 
 
 def digest(died: BaseException, iteration: int, rss: int, hwm: int, cuda: dict[str, Any]) -> dict[str, Any]:
-    message = str(died).strip().splitlines()[0][:300] if str(died).strip() else ""
+    text = str(died).strip()
+    message = text.splitlines()[0][:300] if text else ""
     out: dict[str, Any] = {
         "error": type(died).__name__,
         "message": message,
         "iteration": iteration,
+        "asked_bytes": asked_bytes(text),
         "rss_bytes": rss,
         "rss_peak_bytes": hwm,
     }

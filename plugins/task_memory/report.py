@@ -412,6 +412,7 @@ def _findings(who: str, rank: int, facts: dict[str, Any]) -> list[Finding]:
         text = (
             f"{who}the job died of {oom.get('error')} in iteration {oom.get('iteration')}: "
             f"{oom.get('message', '')}"
+            + (f"; it asked for {_mib(oom['asked_bytes'])} MiB" if oom.get("asked_bytes") else "")
             + (f"; the largest live blocks: {live}" if live else "")
             + (
                 f"; at the memory peak (iteration {peak.get('iteration')}) the operators holding the most "
