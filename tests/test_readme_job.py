@@ -22,8 +22,9 @@ MODEL = 4294967295
 STEPS = 60
 #: the options these families come from; the README's command must keep enabling them
 EXPECTED_OPTIONS = {"training_trace": "on", "task_trace": "on", "aicpu": "on",
-                    "aic_metrics": "PipeUtilization", "msproftx": "on"}
-SUMMARIES = ("step_trace", "dp", "msprof_tx", "op_summary", "op_statistic", "task_time", "aicpu")
+                    "aic_metrics": "PipeUtilization", "msproftx": "on", "task_memory": "on"}
+SUMMARIES = ("step_trace", "dp", "msprof_tx", "op_summary", "op_statistic", "task_time", "aicpu",
+             "operator_memory", "memory_record")
 TIMELINES = ("step_trace", "msprof", "task_time", "msprof_tx")
 
 
