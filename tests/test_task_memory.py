@@ -379,3 +379,44 @@ def test_oom_errors_are_recognised():
     assert oom.asked_bytes(cpu) == 35184372088832 and oom.asked_bytes(cuda) == 20 << 20
     assert oom.OOM_TEXT.search(cpu) and oom.OOM_TEXT.search(cuda)
     assert oom.asked_bytes("something else") is None and not oom.OOM_TEXT.search("index out of range")
+
+
+def test_dataloader_batches_are_shared_memory_not_the_cpu_allocator(tmp_path):
+    """The batches DataLoader workers hand over live in shared memory, whose reporter writes its
+    own total where the CPU allocator's count goes: told apart, the CPU allocator's series keeps
+    its own count."""
+    runner = Runner(tmp_path)
+    runner.run('''
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(64, 1024), torch.randn(64, 1))
+    net = torch.nn.Linear(1024, 1)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    for x, y in DataLoader(data, batch_size=8, num_workers=1):
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+''', OPERATOR_TIER, timeout=240)
+    device = runner.device_dir()
+    shared = cpu = 0
+    for path in _files(device, "operator_memory").values():
+        for r in read_csv(path):
+            if r["Device"] == "CPU shared memory":
+                shared += 1
+                if r["Name"]:  # allocated here: the batch of the loop's next()
+                    assert r["Name"].startswith("enumerate(DataLoader)"), r
+                    assert r["Size(KB)"] in ("32.000", "0.031"), r  # 8 x 1024 floats, 8 x 1 float
+            else:
+                cpu += 1
+                assert r["Device"] == "CPU"
+    assert shared and cpu
+    for path in _files(device, "memory_record").values():
+        rows = [r for r in read_csv(path) if r["Device"] == "CPU" and r["Component"] == "PyTorch"]
+        # the CPU allocator's own count: the model's gradients and the batch's copies stay above 0
+        assert rows and min(Decimal(r["Total Allocated(KB)"]) for r in rows) > 0
+    [row] = _section(_summary(runner.prof_dirs()[0]), "memory")
+    assert row["allocator"] == "CPU"

@@ -32,7 +32,7 @@ import gzip
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
@@ -211,22 +211,42 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool,
     out.sort(key=lambda item: (item[0], item[1]))
     if memory is not None and mem:
         mem.sort(key=lambda item: (item[0], item[1]))
-        memory.extend(item[2] for item in mem)
+        memory.extend(_pools(item[2] for item in mem))
     return [item[2] for item in out]
+
+
+def _pools(events: Iterable[MemoryEvent]) -> Iterator[MemoryEvent]:
+    """CPU shared memory's events told from the CPU allocator's, in time order.  Its reporter
+    (``MapAllocator``) writes Total Allocated 0 and its own total as Total Reserved, which the
+    CPU allocator's never sets: an allocation so written is shared memory, and so is the free
+    of its address; a free of an address the window did not see allocated, written with both
+    totals 0, is taken as shared too (the CPU allocator's count is 0 only once it frees its last
+    block)."""
+    shared: set[int] = set()
+    for e in events:
+        if e.device_type != 0:
+            yield e
+            continue
+        if e.bytes > 0:
+            is_shared = e.total_allocated == 0 and e.total_reserved > 0
+            (shared.add if is_shared else shared.discard)(e.addr)
+        else:
+            is_shared = e.addr in shared or e.total_allocated == 0
+            shared.discard(e.addr)
+        # the CPU allocator has no reserve (Kineto writes 0): N/A
+        yield e._replace(total_allocated=max(e.total_reserved, 0), total_reserved=-1, pool="shared") \
+            if is_shared else e._replace(total_reserved=-1)
 
 
 def _memory_event(e: Mapping[str, Any], base: int) -> MemoryEvent | None:
     """One ``[memory]`` instant event as a record; None when it lacks its size or address (not
-    one Kineto's memory profiling writes).  Kineto writes ``Total Reserved`` 0 for the CPU
-    allocator, which has no reserve: -1 (N/A) there."""
+    one Kineto's memory profiling writes).  CPU events are told apart by :func:`_pools`."""
     args = e.get("args") or {}
     size, addr, ts = args.get("Bytes"), args.get("Addr"), e.get("ts")
     if not isinstance(size, int) or not isinstance(addr, int) or not isinstance(ts, (int, float)):
         return None
     kind = _int(args.get("Device Type"), 0)
     reserved = _int(args.get("Total Reserved"), -1)
-    if kind == 0 and reserved == 0:
-        reserved = -1
     tid = e.get("tid", 0)
     return MemoryEvent(base + round(ts * 1000), size, addr, _int(args.get("Total Allocated"), -1), reserved,
                        kind, _int(args.get("Device Id"), -1), tid if isinstance(tid, int) else 0)

@@ -112,7 +112,9 @@ class MemoryEvent(NamedTuple):
     event.  On CUDA they are the caching allocator's (``torch.cuda.memory_allocated`` /
     ``memory_reserved``).  On CPU, torch counts only the blocks it saw allocated while memory
     profiling was on (a block allocated before the capture is not in it) and has no reserve:
-    ``total_reserved`` is then -1 (N/A).  Times are monotonic ns."""
+    ``total_reserved`` is then -1 (N/A).  CPU shared memory (DataLoader workers' batches,
+    ``share_memory_()``) is an allocator of its own, ``pool`` ``"shared"``: its reporter writes its
+    total where the others write the reserve, here ``total_allocated``.  Times are monotonic ns."""
 
     ts: int
     #: > 0: an allocation of that many bytes; < 0: a free
@@ -126,6 +128,8 @@ class MemoryEvent(NamedTuple):
     device: int
     #: the OS thread that allocated or freed
     tid: int
+    #: ``""``: the device's allocator; ``"shared"``: CPU shared memory
+    pool: str = ""
 
 
 #: the field positions of an ``ops`` record in its JSON array form (records stored inline, before

@@ -107,8 +107,11 @@ def _memory(b: _Builder) -> None:
     for e in b.ctx.records(OP_MEMORY_STREAM):
         if not isinstance(e, MemoryEvent):
             continue
-        args = {"Total Reserved": max(e.total_reserved, 0), "Total Allocated": e.total_allocated,
-                "Bytes": e.bytes, "Device Id": e.device, "Device Type": e.device_type, "Addr": e.addr}
+        # as Kineto wrote them: shared memory's reporter puts its total where the others put the reserve
+        allocated, reserved = (0, e.total_allocated) if e.pool == "shared" else \
+            (e.total_allocated, max(e.total_reserved, 0))
+        args = {"Total Reserved": reserved, "Total Allocated": allocated, "Bytes": e.bytes,
+                "Device Id": e.device, "Device Type": e.device_type, "Addr": e.addr}
         b.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
                          "pid": b.ctx.pid, "tid": e.tid, "ts": b.us(e.ts), "args": args})
 

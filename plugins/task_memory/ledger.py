@@ -44,8 +44,15 @@ DEVICE_TYPES = {
 }
 
 
+#: the Device column of CPU shared memory's events
+SHARED = "CPU shared memory"
+
+
 def device_label(event: MemoryEvent) -> str:
-    """The Device column: ``CPU`` for the host allocator, ``cuda:0`` for a device's."""
+    """The Device column: ``CPU`` for the host allocator, ``CPU shared memory`` for shared
+    memory (DataLoader batches), ``cuda:0`` for a device's."""
+    if event.pool == "shared":
+        return SHARED
     kind = DEVICE_TYPES.get(event.device_type, f"device_type_{event.device_type}")
     return kind if event.device < 0 or event.device_type == 0 else f"{kind}:{event.device}"
 

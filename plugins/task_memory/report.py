@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OP_MEMORY_STREAM, OPS_STREAM, Finding, MemoryEvent, OpView, Section
-from jobprof.plugins.task_memory.ledger import Namer, names_of, peaks
+from jobprof.plugins.task_memory.ledger import Namer, Peak, names_of, peaks
 from jobprof.plugins.task_memory.writer import MODULES, SAMPLES
 
 if TYPE_CHECKING:
@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 MIB = 1 << 20
 #: per-iteration rows kept per device (a longer run keeps, per bin, its highest iteration)
 SERIES = 300
+#: per-iteration rows the section shows (and the report draws), binned the same way
+SHOWN = 30
 TOP = 10
 CREEP_RISES = 0.75
 CREEP_MIN_BYTES = 1 * MIB
@@ -114,7 +116,7 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
         names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
         found = peaks(events, names)
         # the device's accelerator when it has one, else the host's allocator
-        main = next((p for p in found if p.device != "CPU"), found[0])
+        main = _main(found)
         out.update(
             allocator=main.device,
             allocated=main.allocated,
@@ -128,6 +130,14 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
         if peak is not None:
             out.update(allocator=where, allocated=peak, reserved=reserved, end=end, holders=[], earlier=None)
     return out or None
+
+
+def _main(found: list[Peak]) -> Peak:
+    """The allocator a device's summary follows: its accelerator's, else the CPU allocator
+    (not shared memory), else the first."""
+    return next((p for p in found if not p.device.startswith("CPU")), None) or next(
+        (p for p in found if p.device == "CPU"), found[0]
+    )
 
 
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
@@ -230,11 +240,16 @@ class _Except:
         return index not in self.window
 
 
-def _binned(series: list[list[Any]]) -> list[list[Any]]:
-    """At most SERIES rows: of each run of consecutive iterations, the one with the highest peak."""
-    if len(series) <= SERIES:
+def _notable(holders: list[list[Any]], peak: int | None) -> list[list[Any]]:
+    """The holders worth a row: the largest, and the others that hold 0.1% of the peak or more."""
+    return [h for i, h in enumerate(holders) if i == 0 or not peak or h[1] >= peak / 1000]
+
+
+def _binned(series: list[list[Any]], limit: int = SERIES) -> list[list[Any]]:
+    """At most ``limit`` rows: of each run of consecutive iterations, the one with the highest peak."""
+    if len(series) <= limit:
         return series
-    size = -(-len(series) // SERIES)
+    size = -(-len(series) // limit)
     return [
         max(series[i : i + size], key=lambda r: (r[1] or 0, r[3] or 0)) for i in range(0, len(series), size)
     ]
@@ -308,7 +323,7 @@ def sections(profile: Profile) -> list[Section]:
                 f"{holders[0][0]} ({_mib(holders[0][1])})" if holders else NA,
             ]
         )
-        for name, size in holders:
+        for name, size in _notable(holders, peak.get("allocated")):
             held.append(
                 [
                     device,
@@ -369,11 +384,12 @@ def sections(profile: Profile) -> list[Section]:
         )
     if chosen is not None:
         rank, facts = chosen
+        shown = _binned(facts["series"], SHOWN)
         rows = [
             [r[0], _mib(r[1]), _mib(r[2]), _mib(r[3]), _mib(r[4]), f"{r[6]} ({_mib(r[7])})" if r[6] else NA]
-            for r in facts["series"]
+            for r in shown
         ]
-        binned = facts["iterations"] > len(facts["series"])
+        binned = facts["iterations"] > len(shown)
         out.append(
             Section(
                 f"Memory per iteration (MiB){f', rank {rank}' if many else ''}",
