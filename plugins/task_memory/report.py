@@ -177,6 +177,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not series:
         return None
     creep = _creep(series)
+    growth = _growth(series)
     survivors = _survivors(profile, device, [r[0] for r in series if r[4] is not None]) if creep else []
     if creep:
         _name_creep(creep, survivors)
@@ -188,6 +189,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         "peak": best,
         "peak_rss": max((r[3] for r in series if r[3] is not None), default=None),
         "creep": creep,
+        "growth": growth,
         "survivors": survivors,
         "oom": oom if isinstance(oom, dict) else None,
     }
@@ -284,6 +286,16 @@ def _creep(series: list[list[Any]]) -> dict[str, Any] | None:
     }
 
 
+def _growth(series: list[list[Any]]) -> int | None:
+    """Bytes per iteration by which the allocator's count (else the RSS) at the iteration's end
+    moved from the second iteration to the last (the first allocates what stays), rounded."""
+    for column in (4, 5):
+        points = [(r[0], r[column]) for r in series[1:] if r[column] is not None]
+        if len(points) >= 2 and points[-1][0] > points[0][0]:
+            return round((points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]))
+    return None
+
+
 def _name_creep(creep: dict[str, Any], survivors: list[list[Any]]) -> None:
     """The operator whose allocations are never freed: the one holding the most of them."""
     if survivors:
@@ -319,7 +331,7 @@ def sections(profile: Profile) -> list[Section]:
                 peak.get("iteration", NA),
                 _mib(peak.get("reserved")),
                 _mib(facts.get("peak_rss")),
-                _mib(round(creep["per_iteration"])) if creep else "0",
+                _mib(round(creep["per_iteration"])) if creep else _mib(facts.get("growth")),
                 f"{holders[0][0]} ({_mib(holders[0][1])})" if holders else NA,
             ]
         )
@@ -352,7 +364,9 @@ def sections(profile: Profile) -> list[Section]:
         "peak allocated / reserved: the PyTorch allocator's own counters (operator tier: at every "
         "allocation; step tier on CUDA: sampled, exact when the allocator's high-water mark rose); "
         "on CPU it counts only blocks allocated while the capture ran, and has no reserve (N/A); "
-        "peak RSS: the process, sampled every 20 ms, exact when its high-water mark rose"
+        "peak RSS: the process, sampled every 20 ms, exact when its high-water mark rose; growth per "
+        "iteration: of the allocator's count (else the RSS) at the iteration's end, from the second "
+        "iteration to the last"
     )
     out = [
         Section(
