@@ -148,10 +148,10 @@ class Namer:
 
 def allocations(events: Iterable[MemoryEvent], namer: Namer) -> list[Allocation]:
     """The iteration's rows, in time order (msprof's rules for the ends outside, see above)."""
-    open_: dict[tuple[int, int, int], tuple[str, MemoryEvent]] = {}
+    open_: dict[tuple[int, int, str, int], tuple[str, MemoryEvent]] = {}
     rows: list[Allocation] = []
     for e in events:
-        key = (e.device_type, e.device, e.addr)
+        key = (e.device_type, e.device, e.pool, e.addr)
         if e.bytes > 0:
             if key in open_:  # freed where Kineto did not see it: the old block ends unknown
                 name, old = open_.pop(key)

@@ -204,7 +204,7 @@ def _survivors(profile: Profile, device: int, indices: list[int]) -> list[list[A
     if len(window) < 2:
         return []
     last = max(window)
-    live: dict[tuple[int, int, int], tuple[str, int, int]] = {}
+    live: dict[tuple[int, int, str, int], tuple[str, int, int]] = {}
     skip = _Except(window)
     for index, streams in profile.streams(device, skip_ops=skip):
         events = (
@@ -217,7 +217,7 @@ def _survivors(profile: Profile, device: int, indices: list[int]) -> list[list[A
         ops = streams.get(OPS_STREAM) or []
         names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
         for e, name in zip(events, names, strict=True):
-            key = (e.device_type, e.device, e.addr)
+            key = (e.device_type, e.device, e.pool, e.addr)
             if e.bytes > 0:
                 live[key] = (name, e.bytes, index)
             else:
