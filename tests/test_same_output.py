@@ -36,6 +36,8 @@ is still the old version's):
   aic_metrics' FLOP cross-check forced the in-memory path).  Every CSV and timeline is unchanged.
 - issue 31 (the job ends when it ends): the new options ``export`` (``background``) and
   ``task_trace_every`` (``1``) among the effective options of info.json.
+- issue 32 (memory): the new plugin ``task_memory`` answers ``jobprof_rank_facts``, so the facts
+  files name it among the plugins asked (it is off here and answers nothing).
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of
