@@ -140,3 +140,17 @@ def foreign_share(before: CpuSnapshot | None, after: CpuSnapshot | None) -> floa
         return None
     foreign = (after.busy_s - before.busy_s) - (after.own_s - before.own_s)
     return max(0.0, foreign / (after.total_s - before.total_s))
+
+
+def rotated(arms: Sequence[str], round_index: int) -> Sequence[str]:
+    """The arms in the order of round ``round_index``: rotated one place per round, so drift over
+    a run spreads over all of them."""
+    k = round_index % len(arms)
+    return [*arms[k:], *arms[:k]]
+
+
+def table_row(benchmark: str, baseline: str, profiled: str, value: str, target: str, ok: bool | None,
+              spread: str = "") -> dict[str, Any]:
+    """One row of the bench table: ``result`` is ``info`` (no target), ``pass`` or ``FAIL``."""
+    return {"benchmark": benchmark, "baseline": baseline, "profiled": profiled, "delta / ratio": value,
+            "spread": spread, "target": target, "result": "info" if ok is None else "pass" if ok else "FAIL"}

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from common import clean_env, timed_run
+from common import table_row as _row
 
 JOB = Path(__file__).resolve().parent / "_compiled_job.py"
 ARMS = ("base", "off", "on", "kernels")
@@ -68,12 +69,6 @@ def run(rounds: int, steps: int) -> dict[str, Any]:
             "on_vs_off": ratio("on", "off"), "kernels_vs_on": ratio("kernels", "on"),
             "off_vs_base": ratio("off", "base"),
             "same_loss": len(set().union(*losses.values())) == 1}
-
-
-def _row(benchmark: str, baseline: str, profiled: str, value: str, target: str,
-         ok: bool | None) -> dict[str, Any]:
-    return {"benchmark": benchmark, "baseline": baseline, "profiled": profiled, "delta / ratio": value,
-            "spread": "", "target": target, "result": "info" if ok is None else "pass" if ok else "FAIL"}
 
 
 def rows(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -33,7 +33,8 @@ from typing import Any
 
 from optier_vs_torch import background_exporters
 
-from common import HarnessError, clean_env, timed_run
+from common import HarnessError, clean_env, rotated, timed_run
+from common import table_row as _row
 
 JOB = Path(__file__).resolve().parent / "_optier_job.py"
 WORKLOADS = ("mlp", "lm")
@@ -81,15 +82,9 @@ def run(rounds: int, steps: int, workloads: tuple[str, ...] = WORKLOADS) -> dict
         work = Path(tmp)
         for i in range(rounds):
             for w in workloads:
-                order = ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]
+                order = rotated(ARMS, i)
                 data[w].append({arm: _one(work, w, arm, f"{w}_{arm}{i}", steps) for arm in order})
     return {"rounds": rounds, "steps": steps, "warmup": WARMUP, "workloads": list(workloads), "data": data}
-
-
-def _row(benchmark: str, baseline: str, profiled: str, value: str, target: str, ok: bool | None,
-         spread: str = "") -> dict[str, Any]:
-    return {"benchmark": benchmark, "baseline": baseline, "profiled": profiled, "delta / ratio": value,
-            "spread": spread, "target": target, "result": "info" if ok is None else "pass" if ok else "FAIL"}
 
 
 def _spread(values: list[float], fmt: str) -> str:

@@ -51,7 +51,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env, summary, timed_run
+from common import HarnessError, clean_env, rotated, summary, timed_run
+from common import table_row as _row
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = Path(__file__).resolve().parent / "_optier_job.py"
@@ -229,7 +230,7 @@ def run(rounds: int, steps: int, workloads: tuple[str, ...] = WORKLOADS) -> dict
         work = Path(tmp)
         for i in range(rounds):
             for w in workloads:
-                order = ARMS[i % len(ARMS):] + ARMS[:i % len(ARMS)]
+                order = rotated(ARMS, i)
                 data[w].append({arm: _one(work, w, arm, f"{w}_{arm}{i}", steps) for arm in order})
         exported = export_rate(work / "lm_l1_profile") if "lm" in workloads else None
     return {"rounds": rounds, "steps": steps, "warmup": WARMUP, "workloads": list(workloads),
@@ -258,13 +259,6 @@ def truth(rounds: list[dict[str, Any]], reference: str = "torch") -> list[tuple[
             j = statistics.mean(jp[name])
             out.append((name, j, t, j / t))
     return sorted(out, key=lambda row: -row[2])
-
-
-def _row(benchmark: str, baseline: str, profiled: str, value: str, target: str, ok: bool | None,
-         spread: str = "") -> dict[str, Any]:
-    return {"benchmark": benchmark, "baseline": baseline, "profiled": profiled, "delta / ratio": value,
-            "spread": spread, "target": target,
-            "result": "info" if ok is None else "pass" if ok else "FAIL"}
 
 
 def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
