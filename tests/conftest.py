@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -52,27 +51,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_or_dump(cmd: list[str], cwd: Path, env: dict[str, str],
-                timeout: float) -> subprocess.CompletedProcess:
-    """``subprocess.run(cmd)`` capturing its output; a run that outlives ``timeout`` gets SIGABRT
-    first, so that Python's fault handler (on in these runs) prints where every thread stood,
-    and the failure shows it: a hang is then diagnosable from the CI log alone."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env={**env, "PYTHONFAULTHANDLER": "1"}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        try:
-            stdout, stderr = proc.communicate(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
-        raise AssertionError(f"{cmd[1]} ran past {timeout} s (hung?); its threads at SIGABRT:\n"
-                             f"{stderr[-6000:]}\nstdout:\n{stdout[-2000:]}") from None
-    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
-
-
 def wait_rendered(output: Path, timeout: float = 120) -> None:
     """Wait for the background exporters of every profile under ``output`` (a job hands what
     it did not render itself to one: option ``export``), as a user reading the
@@ -111,8 +89,8 @@ class Runner:
                 options = json.dumps({"output": str(self.out), "export": "inline", **options})
             extra["PROFILING_OPTIONS"] = options
         extra.update(env or {})
-        proc = run_or_dump([sys.executable, str(script), *(args or [])], self.tmp, clean_env(**extra),
-                           timeout)
+        proc = subprocess.run([sys.executable, str(script), *(args or [])], cwd=self.tmp,
+                              env=clean_env(**extra), capture_output=True, text=True, timeout=timeout)
         wait_rendered(self.out)
         if check and proc.returncode != 0:
             raise AssertionError(f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
