@@ -512,19 +512,3 @@ def test_a_full_disk_with_operators_keeps_what_it_says_and_ends_finished(
         assert rank["finished"] and rank["iterations"]["count"] == len(saved), rank
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def test_the_sink_thread_imports_what_it_renders_with_as_it_starts(runner: Runner) -> None:
-    """A SIGTERM that interrupts an import on the main thread at exit (torch's atexit imports
-    tabulate) runs jobprof's finish in the handler, holding the import lock, and waits for the
-    sink thread; if that thread then made its first import (orjson, the facts) the two deadlocked
-    (seen: a job hung in CI).  The sink thread imports them as it starts instead."""
-    proc = runner.run(f"""
-import sys, time
-sys.path.insert(0, {str(REPO / "tests")!r})
-import loops
-loops.optimizer_loop(3)
-time.sleep(0.5)  # the sink thread started at the first iteration
-print("warm", "orjson" in sys.modules, "jobprof.analysis.facts" in sys.modules)
-""", {**OPERATORS, "export": "off"})  # nothing rendered in the job: only the warm-up imports them
-    assert "warm True True" in proc.stdout, proc.stdout + proc.stderr

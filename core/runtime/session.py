@@ -478,7 +478,7 @@ class Session:
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
                              self.manager.is_active, self._core_stream_failed, self._parts_of,
-                             render=self.config.get("export") != "off", warm=_warm_imports)
+                             render=self.config.get("export") != "off")
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False
@@ -654,18 +654,6 @@ EXIT_RENDER_S = 0.25
 EXPORTER_START_S = 0.3
 
 _STEP_CALL = re.compile(r"\bjobprof\s*\.\s*step\s*\(|\bfrom\s+jobprof\s+import\s+[^\n]*\bstep\b")
-
-
-def _warm_imports() -> None:
-    """What the sink thread imports on first use, imported as it starts (see Sink._run): the
-    facts (its parts of each rendered iteration) and orjson (reading windows, encoding
-    timelines), whose first use is an import."""
-    from jobprof.analysis import facts  # noqa: F401 - the import is the point
-    from jobprof.files import jsonread
-    from jobprof.plugin import timeline
-
-    jsonread.loads(b"0")
-    timeline.events_text([{}])
 
 
 def _main_calls_step() -> bool:

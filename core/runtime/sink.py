@@ -82,9 +82,8 @@ class Sink:
                  plugin_alive: Callable[[str], bool] = lambda plugin: True,
                  on_core_error: Callable[[str, int, str], None] | None = None,
                  parts_of: Callable[[Mapping[str, list[Any]]], Any] | None = None,
-                 render: bool = True, warm: Callable[[], None] | None = None) -> None:
+                 render: bool = True) -> None:
         self.device_dir, self.meta, self.writers = device_dir, meta, list(writers)
-        self._warm = warm
         #: False (option export "off"): raw data only, every iteration left to `jobprof export`
         self.render = render
         #: asked of each rendered iteration with operators: its summary parts, kept in
@@ -190,15 +189,6 @@ class Sink:
 
     # -- background thread -----------------------------------------------------------------
     def _run(self) -> None:
-        # the modules rendering imports on first use, imported now: at exit a SIGTERM handler
-        # that interrupted an import on the main thread (which then holds the import lock)
-        # waits for this thread's work lock; a first import made here then deadlocked the two
-        # (seen: torch's atexit importing tabulate, this thread importing orjson)
-        if self._warm is not None:
-            try:
-                self._warm()
-            except Exception:
-                pass  # imported later, as before
         while not self._stop.is_set():
             self._wake.wait(FLUSH_S)
             self._wake.clear()
