@@ -26,9 +26,9 @@ import itertools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import NA, OP_MEMORY_STREAM, OPS_STREAM, Finding, MemoryEvent, OpView, Section
+from jobprof.plugin import NA, OPS_STREAM, Finding, OpView, Section
 from jobprof.plugins.task_memory.ledger import Namer, Peak, names_of, peaks
-from jobprof.plugins.task_memory.writer import MODULES, SAMPLES
+from jobprof.plugins.task_memory.writer import MODULES, events, samples
 
 if TYPE_CHECKING:
     from jobprof.plugin import Iteration, Profile
@@ -48,18 +48,6 @@ PAIRING = 32
 FRAGMENT_MIN_BYTES = 256 * MIB
 FRAGMENT_SHARE = 0.3
 ONE_OP_SHARE = 0.5
-#: the series' columns, in order
-COLUMNS = (
-    "iteration",
-    "peak_allocated",
-    "peak_reserved",
-    "peak_rss",
-    "end_allocated",
-    "end_rss",
-    "holder",
-    "holder_bytes",
-    "rss_exact",
-)
 
 
 def _on(profile: Profile, device: int) -> bool:
@@ -105,16 +93,16 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
     it renders an iteration with operators): ``allocator``, its ``allocated`` / ``reserved`` peak
     and ``end`` count, the ``holders`` at the peak (top 10, by operator and module) and what
     was allocated ``earlier``; the process's ``rss`` (peak, end, exact)."""
-    events = [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
-    samples = [s for s in streams.get(SAMPLES, ()) if isinstance(s, dict) and isinstance(s.get("ns"), int)]
-    rss_peak, rss_end, exact = _rss(samples)
+    evs = events(streams)
+    taken = samples(streams, before=True)
+    rss_peak, rss_end, exact = _rss(taken)
     out: dict[str, Any] = {}
     if rss_peak is not None:
         out["rss"] = [rss_peak, rss_end, exact]
-    if events:
+    if evs:
         ops = streams.get(OPS_STREAM) or []
-        names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
-        found = peaks(events, names)
+        names = names_of(evs, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
+        found = peaks(evs, names)
         # the device's accelerator when it has one, else the host's allocator
         main = _main(found)
         out.update(
@@ -126,7 +114,7 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
             earlier=main.earlier,
         )
     else:
-        peak, reserved, end, where = _sampled_cuda(samples)
+        peak, reserved, end, where = _sampled_cuda(taken)
         if peak is not None:
             out.update(allocator=where, allocated=peak, reserved=reserved, end=end, holders=[], earlier=None)
     return out or None
@@ -207,16 +195,12 @@ def _survivors(profile: Profile, device: int, indices: list[int]) -> list[list[A
     live: dict[tuple[int, int, str, int], tuple[str, int, int]] = {}
     skip = _Except(window)
     for index, streams in profile.streams(device, skip_ops=skip):
-        events = (
-            [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
-            if index in window
-            else []
-        )
-        if not events:
+        evs = events(streams) if index in window else []
+        if not evs:
             continue
         ops = streams.get(OPS_STREAM) or []
-        names = names_of(events, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
-        for e, name in zip(events, names, strict=True):
+        names = names_of(evs, Namer(OpView(list(ops)) if ops else None, streams.get(MODULES, ())))
+        for e, name in zip(evs, names, strict=True):
             key = (e.device_type, e.device, e.pool, e.addr)
             if e.bytes > 0:
                 live[key] = (name, e.bytes, index)

@@ -3,6 +3,7 @@ timeline's memory counters."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OP_MEMORY_STREAM, ExportContext, MemoryEvent, opview
@@ -55,20 +56,23 @@ def _us(ns: int) -> str:
     return f"{ns // 1000}.{ns % 1000:03d}"
 
 
-def events(ctx: ExportContext) -> list[MemoryEvent]:
-    return [e for e in ctx.records(OP_MEMORY_STREAM) if isinstance(e, MemoryEvent)]
+def events(streams: Mapping[str, list[Any]]) -> list[MemoryEvent]:
+    """The iteration's allocator events (the core stream ``op_memory``)."""
+    return [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
 
 
-def samples(ctx: ExportContext) -> list[dict[str, Any]]:
+def samples(streams: Mapping[str, list[Any]], before: bool = False) -> list[dict[str, Any]]:
+    """The iteration's samples of the step tier; with ``before``, also the last one before it
+    (``"before": true``, the marks its peak is judged against)."""
     return [
         s
-        for s in ctx.records(SAMPLES)
-        if isinstance(s, dict) and isinstance(s.get("ns"), int) and not s.get("before")
+        for s in streams.get(SAMPLES, ())
+        if isinstance(s, dict) and isinstance(s.get("ns"), int) and (before or not s.get("before"))
     ]
 
 
 def render_operator_memory(ctx: ExportContext) -> str | None:
-    evs = events(ctx)
+    evs = events(ctx.streams)
     if not evs:
         return None
     rows = []
@@ -92,8 +96,8 @@ def render_operator_memory(ctx: ExportContext) -> str | None:
 
 
 def render_memory_record(ctx: ExportContext) -> str | None:
-    evs = events(ctx)
-    taken = samples(ctx)
+    evs = events(ctx.streams)
+    taken = samples(ctx.streams)
     if not evs and not taken:
         return None
     rows: list[tuple[int, list[Any]]] = []
@@ -140,8 +144,8 @@ def _mb(value: int) -> float:
 def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     """Counter tracks (Perfetto and chrome://tracing draw ``"ph": "C"`` as a graph): each
     allocator's allocated / reserved MB after every event, and the process's RSS."""
-    evs = events(ctx)
-    taken = samples(ctx)
+    evs = events(ctx.streams)
+    taken = samples(ctx.streams)
     if not evs and not taken:
         return
     pid = timeline.process("Memory", "Memory")
