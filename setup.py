@@ -13,12 +13,12 @@ from setuptools.command.editable_wheel import editable_wheel
 
 PTH_NAME = "jobprof-autoload.pth"
 # Executed by site.py at every interpreter start.  It costs one environ lookup; the tiny
-# autoload module is imported only when PROFILING_MODE is "true" or a look-alike of it
-# (the module starts profiling for exactly "true" and prints a hint for "True", "1", ...).
-# Keep the set in sync with jobprof._autoload.LOOKALIKES (a test checks it).
+# autoload module is imported only when PROFILING_MODE is "true", "dynamic" or a look-alike
+# (the module starts profiling for exactly "true" / "dynamic" and prints a hint for "True",
+# "1", ...).  Keep the set in sync with jobprof._autoload.IMPORTED_FOR (a test checks it).
 PTH_LINE = (
     "import os; (os.environ.get('PROFILING_MODE') or '').strip().lower() in "
-    "('true', '1', 'yes', 'on', 'y', 't', 'enable', 'enabled') "
+    "('true', '1', 'yes', 'on', 'y', 't', 'enable', 'enabled', 'dynamic') "
     "and __import__('jobprof._autoload')._autoload.run()\n"
 )
 

@@ -293,11 +293,11 @@ def test_pth_line_and_autoload_agree_on_lookalikes():
     import site
     from pathlib import Path
 
-    from jobprof._autoload import LOOKALIKES
+    from jobprof._autoload import IMPORTED_FOR
 
     [pth] = [p for d in site.getsitepackages() if (p := Path(d, "jobprof-autoload.pth")).exists()]
     line = pth.read_text()
-    assert all(f"'{value}'" in line for value in LOOKALIKES)
+    assert all(f"'{value}'" in line for value in IMPORTED_FOR)
 
 
 @pytest.mark.parametrize("mode", ["false", "0", "off", "disabled", ""])

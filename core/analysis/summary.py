@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 import attrs
 
-from jobprof.analysis import facts, findings
+from jobprof.analysis import captures, facts, findings
 from jobprof.analysis.facts import Progress, quiet
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.stats import describe
@@ -125,8 +125,8 @@ def summarize(profile: Profile, manager: PluginManager, progress: Progress = qui
         kept = gathered[device]
         ranks.append(kept["entry"])
         rows_by_rank[kept["rank"]] = kept["rows"]
-    sections: list[Section] = [s for _, found in manager.report_sections(profile)
-                               for s in found or ()]
+    sections: list[Section] = captures.sections(profile) + [
+        s for _, found in manager.report_sections(profile) for s in found or ()]
     model: dict[str, Any] = {
         "schema": SCHEMA, "prof_dir": str(profile.path), "selection": profile.selection.describe(),
         "ranks": ranks,

@@ -519,6 +519,13 @@ class OpCapture:
         """Is this the thread whose operators the capture records (the one that started it)?"""
         return self.owner is None or threading.get_ident() == self.owner
 
+    def halt(self) -> None:
+        """Disable Kineto now, on the capturing thread (a capture of a job in dynamic mode
+        ends at this boundary): the finished windows stay for the sink; :meth:`stop` drops
+        what no iteration took."""
+        with self._lock:
+            self._shut()
+
     def stop_on_owner(self, timeout: float) -> bool:
         """At the session's end on another thread while the capturing thread still runs (a
         daemon thread training at exit): ask it to stop Kineto at its next iteration end and

@@ -51,7 +51,7 @@ def compose_with(manager: PluginManager) -> options.Composed:
 
 
 #: the core's keys that choose how, not what, to collect
-NOT_COLLECTED = frozenset({"output", "storage_limit", "export", "task_trace_every"})
+NOT_COLLECTED = frozenset({"output", "storage_limit", "export", "task_trace_every", "trigger"})
 
 
 def uncollected(outcome: options.Outcome, composed: options.Composed) -> list[str]:

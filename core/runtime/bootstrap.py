@@ -7,12 +7,17 @@ imported here; the session installs its collectors when the program imports torc
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import sys
 
+import attrs
+
+from jobprof.plugin import options
 from jobprof.plugin.configure import prepare, uncollected
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER
+from jobprof.plugin.values import Config
 from jobprof.runtime import _state, exits
 from jobprof.runtime.session import Session
 from jobprof.runtime.torch_import import when_imported
@@ -20,8 +25,11 @@ from jobprof.runtime.torch_import import when_imported
 STRICT_ENV = "JOBPROF_STRICT"
 
 
-def start(environ: os._Environ | dict = os.environ) -> Session | None:
-    """Entry point from the autoload; returns the session, or None when running unprofiled."""
+def start(environ: os._Environ | dict = os.environ, dynamic: bool = False) -> Session | None:
+    """Entry point from the autoload; returns the session, or None when running unprofiled.
+
+    ``dynamic`` (``PROFILING_MODE=dynamic``): the session runs the step tier only, and a
+    :class:`~jobprof.runtime.dynamic.Controller` captures the rest on request."""
     if _state.SESSION is not None:
         return _state.SESSION
     manager = PluginManager()
@@ -41,10 +49,38 @@ def start(environ: os._Environ | dict = os.environ) -> Session | None:
     if missing:
         REPORTER.once_per_job("warning", f"no installed plugin collects {', '.join(missing)}; "
                               "those options are accepted and ignored")
-    session = Session(outcome.config, manager, composed.owners)
+    trigger = outcome.config.get("trigger")
+    if dynamic:
+        session = _dynamic_session(outcome.config, environ)
+        if session is None:
+            return None
+    else:
+        if trigger:
+            REPORTER.once_per_job("warning", "option trigger works in PROFILING_MODE=dynamic only; "
+                                  "ignored (this job is profiled whole)")
+        session = Session(outcome.config, manager, composed.owners)
     _state.SESSION = session
     atexit.register(session.finish, "exit")
     # os._exit and exec skip atexit: the session ends before them
     exits.install(session.finish, session.pid)
     when_imported("torch", session.torch_ready)
+    return session
+
+
+def _dynamic_session(config: Config, environ: os._Environ | dict) -> Session | None:
+    """The job's session in dynamic mode: its own plugins are the step tier's only."""
+    from jobprof.runtime.dynamic import Controller, step_tier_options
+
+    text, _ = options.read_text(environ)
+    given = json.loads(text) if text.strip() else dict(options.MSPROF_DEFAULT)
+    manager = PluginManager()
+    outcome, composed = prepare(manager, environ, text=json.dumps(step_tier_options(given)))
+    if outcome.config is None:  # cannot be: a subset of options that passed
+        REPORTER.options_problems(list(outcome.problems), outcome.source, "the job runs unprofiled")
+        return None
+    # the job's own options as given, for info.json and for `jobprof check`
+    step_config = attrs.evolve(outcome.config, explicit=config.explicit, source=config.source)
+    session = Session(step_config, manager, composed.owners)
+    session.quiet = not manager.active()
+    session.dynamic = Controller(session, given, config.get("trigger"), REPORTER)
     return session

@@ -43,15 +43,32 @@ from jobprof.runtime.torch_import import when_imported
 
 class Session:
     def __init__(self, config: Config, manager: PluginManager, owners: Mapping[str, str],
-                 reporter: Reporter = REPORTER) -> None:
+                 reporter: Reporter = REPORTER, capture_of: Session | None = None,
+                 capture_dir: Path | None = None) -> None:
+        """``capture_of``: this session is a capture of a job in dynamic mode
+        (:mod:`jobprof.runtime.dynamic`) into ``capture_dir``: it borrows that session's step
+        detector and time base, and starts at :meth:`begin_capture`."""
         self.config, self.manager, self.owners, self.reporter = config, manager, owners, reporter
         self.pid = os.getpid()
         self.anchor = ClockAnchor.now()
-        named = os.environ.get(profdir.JOB_ENV)
-        #: the index claim is held while the process lives (see jobprof.files.profdir)
-        self.job_dir, self._index_claim = profdir.job_dir(config.output, warn=reporter.warning)
-        #: every timeline's ts is µs since this (jobprof.plugin.clock): the job's, inherited with its folder
-        self.time_base_ns = clock.job_base(self.anchor, inherit=str(self.job_dir) == named)
+        if capture_of is None or capture_dir is None:
+            named = os.environ.get(profdir.JOB_ENV)
+            #: the index claim is held while the process lives (see jobprof.files.profdir)
+            self.job_dir, self._index_claim = profdir.job_dir(config.output, warn=reporter.warning)
+            #: every timeline's ts is µs since this (jobprof.plugin.clock): the job's, inherited
+            #: with its folder
+            self.time_base_ns = clock.job_base(self.anchor, inherit=str(self.job_dir) == named)
+        else:  # the ranks agreed on the folder (the request names it); the job's time axis
+            self.job_dir, self._index_claim = capture_dir, None
+            self.time_base_ns = capture_of.time_base_ns
+        #: a capture session borrows the job's step detector (never flushes nor uninstalls it)
+        self._borrowed = capture_of is not None
+        #: root-module listeners this session added to a borrowed detector, removed at its end
+        self._listeners: list[Callable[[Any], None]] = []
+        #: dynamic mode: the controller of captures (jobprof.runtime.dynamic), told every iteration
+        self.dynamic: Any = None
+        #: dynamic mode without the step tier: iterations are counted, nothing is written
+        self.quiet = False
         self.state = "waiting"
         self.detector: StepDetector | None = None
         self.device_id: int | None = None
@@ -90,7 +107,8 @@ class Session:
         #: an iteration ended on a thread the operator capture does not record: said once
         self._other_thread_said = False
         manager.on_fail = self._end_failed_plugin
-        os.register_at_fork(after_in_child=self._forked)
+        if capture_of is None:  # a capture is made inert by its job's session (dynamic.forked)
+            os.register_at_fork(after_in_child=self._forked)
 
     # -- plugin-facing API -----------------------------------------------------------------
     def attach(self, name: str, obj: Any) -> None:
@@ -98,7 +116,10 @@ class Session:
         self._attached[name] = obj
 
     def attached(self, name: str) -> Any:
-        return self._attached.get(name)
+        found = self._attached.get(name)
+        if found is None and self.dynamic is not None:  # e.g. jobprof.mstx during a capture
+            return self.dynamic.attached(name)
+        return found
 
     def set_info(self, key: str, value: Any) -> None:
         """A plugin's fact for info.json's ``jobprof`` section (see PluginSession.set_info)."""
@@ -121,6 +142,7 @@ class Session:
         timed = partial(self._timed_listener, listener, what or getattr(listener, "__qualname__", "listener"))
         if self.detector is not None:
             self.detector.root_listeners.append(timed)
+            self._listeners.append(timed)
             for root in list(self.detector.roots):
                 timed(root)
 
@@ -201,6 +223,24 @@ class Session:
         if self._ops_detail is not None:
             self._install_ops(torch)
         self._install_sigterm()
+        if self.dynamic is not None:
+            self.dynamic.torch_ready(torch)
+
+    def begin_capture(self, torch: Any, detector: StepDetector) -> None:
+        """Dynamic mode: start this capture session at an iteration boundary, on the training
+        thread, with the job's step detector: the plugins install their collectors and the
+        operator capture starts now (the job's root modules are known)."""
+        self.detector = detector
+        self.state = "collecting"
+        self.manager.session_start(self)
+        if self._ops_detail is not None:
+            self._install_ops(torch)
+
+    def end_capture(self) -> None:
+        """Dynamic mode, training thread, at the capture's last boundary: Kineto stops here (the
+        thread that started it); :meth:`finish` then runs on another thread."""
+        if self.ops is not None and self.state == "collecting":
+            self.ops.halt()
 
     def _install_ops(self, torch: Any) -> None:
         try:
@@ -245,6 +285,9 @@ class Session:
                 self.ops.stop()  # on the training thread: Kineto must not be stopped under it
             return
         self._last_index = iteration.index
+        if self.quiet:
+            self.dynamic.on_iteration(iteration)
+            return
         try:
             if self.sink is None:
                 if not self._go_live():
@@ -290,6 +333,8 @@ class Session:
             self.record_own(entered, time.monotonic_ns())
         except Exception as exc:
             self._stop(f"internal error at iteration {iteration.index}: {exc!r}")
+        if self.dynamic is not None:
+            self.dynamic.on_iteration(iteration)
 
     def finish(self, reason: str = "exit") -> None:
         """End the session: flush, uninstall, drain the sink, write end_info (idempotent).
@@ -305,7 +350,8 @@ class Session:
             # Kineto can be stopped only on the thread that started it; a daemon thread still
             # training stops it at its next iteration end (outside the lock: it takes it there)
             self.ops.stop_on_owner(OWNER_STOP_S)
-        if self.state == "collecting" and os.getpid() == self.pid and self.detector is not None:
+        if self.state == "collecting" and os.getpid() == self.pid and self.detector is not None \
+                and not self._borrowed:
             # the detector's lock before the session's, as on the training thread (which holds
             # the detector's while it hands an iteration over): a thread still training at
             # exit deadlocked the other way round
@@ -328,6 +374,8 @@ class Session:
             self._deliver(signum, None)
 
     def _finish(self, reason: str) -> None:
+        if self.dynamic is not None:  # the capture running now ends first, for the same reason
+            self.dynamic.close(reason)
         mode = self.config.get("export") or EXPORT_DEFAULT
         if reason == "SIGTERM" or reason in _HURRIED_EXITS or reason.startswith("os._exit("):
             # the process is going away now: raw data and end_info, rendering for a second
@@ -342,7 +390,13 @@ class Session:
             if mode == "background":
                 self.sink.finish_within_s = EXPORTER_START_S
         self.state = "finished"
-        if self.detector is not None:
+        if self.detector is not None and self._borrowed:
+            for listener in self._listeners:
+                if listener in self.detector.root_listeners:
+                    self.detector.root_listeners.remove(listener)
+            if self._op_memory and self.ops is not None:
+                self.detector.module_calls = None
+        elif self.detector is not None:
             self.detector.uninstall()
         if self.sink is not None:
             self.sink.settle()  # deferred hand-overs read collectors that session_end stops
@@ -384,7 +438,8 @@ class Session:
                     self.reporter.error(f"cannot write end_info in {self.device_dir}: "
                                         f"{exc.strerror or exc}")
             if not sink.failed and not self._hurried and self._signal_during_finish is None \
-                    and self.device_id is not None and not sink.unrendered:
+                    and self.device_id is not None and not sink.unrendered \
+                    and not (self._borrowed and reason == CAPTURE_END):  # mid-run: not in the job's time
                 self._write_facts(self.device_id)  # else the exporter (or `jobprof export`) does
             if handed is not None:
                 try:  # after end_info and info.json: the exporter updates them
@@ -589,6 +644,8 @@ class Session:
         self.state = "inert"  # the child must never act as a second copy of this session
         if self.ops is not None:
             self.ops.forked_child()
+        if self.dynamic is not None:
+            self.dynamic.forked()
 
     def _install_sigterm(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -639,6 +696,8 @@ class Session:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+#: the end_reason of a dynamic-mode capture that ran its iterations (or was stopped)
+CAPTURE_END = "capture end"
 #: how long the session's end waits for a training thread that still runs to stop Kineto
 OWNER_STOP_S = 1.0
 

@@ -1,0 +1,345 @@
+"""``jobprof start`` / ``stop`` / ``status``: control a job that runs in dynamic mode
+(``PROFILING_MODE=dynamic``) through its control folder (:mod:`jobprof.files.control`)."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import math
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from jobprof.cli._common import new_manager, printable
+from jobprof.files import control, profdir
+from jobprof.files.control import Untrusted
+
+#: iterations a capture covers when neither --iterations nor --seconds is given
+DEFAULT_ITERATIONS = 10
+
+
+class Refused(Exception):
+    """The command cannot do what was asked (message: why, and what to do)."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("start", help="capture the next iterations of a job in dynamic mode "
+                                     "(PROFILING_MODE=dynamic), every rank the same ones")
+    _add_target(p)
+    p.add_argument("--options", metavar="JSON", help="PROFILING_OPTIONS keys laid over the job's own "
+                                                     "for this capture, e.g. '{\"task_memory\": \"on\"}'")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--iterations", type=_positive, metavar="N",
+                        help=f"iterations to capture (default {DEFAULT_ITERATIONS})")
+    length.add_argument("--seconds", type=float, metavar="S",
+                        help="about S seconds of iterations, at the job's current iteration rate")
+    p.add_argument("--at", type=_positive, metavar="ITERATION",
+                   help="the first iteration to capture (default: the earliest every rank can still make)")
+    p.add_argument("--wait", action="store_true", help="return when every rank has finished the capture")
+    p.set_defaults(func=run_start)
+    p = sub.add_parser("stop", help="end the capture running in a job in dynamic mode (at the next "
+                                    "iteration boundary every rank can make)")
+    _add_target(p)
+    p.add_argument("--at", type=_positive, metavar="ITERATION", help="the first iteration not captured")
+    p.set_defaults(func=run_stop)
+    p = sub.add_parser("status", help="jobs in dynamic mode: ranks, current iteration, captures")
+    _add_target(p)
+    p.add_argument("--json", action="store_true", help="print what the ranks report as JSON")
+    p.set_defaults(func=run_status)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _add_target(p: argparse.ArgumentParser) -> None:
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--job", type=Path, metavar="DIR",
+                        help="the job's PROF_ folder, or its output folder (default: the output of "
+                             "$PROFILING_OPTIONS, else the current folder)")
+    target.add_argument("--pid", type=int, help="a process of the job (a rank or its launcher), on this host")
+
+
+# -- finding the job ---------------------------------------------------------------------------
+def _default_output() -> Path:
+    try:
+        given = json.loads(os.environ.get("PROFILING_OPTIONS") or "{}")
+        return Path(given.get("output") or ".")
+    except (ValueError, AttributeError):
+        return Path(".")
+
+
+def _from_pid(pid: int) -> Path:
+    try:
+        blob = Path(f"/proc/{pid}/environ").read_bytes()
+    except FileNotFoundError:
+        raise Refused(f"no process {pid} on this host") from None
+    except OSError as exc:
+        raise Refused(f"cannot read the environment of process {pid} ({exc.strerror}): "
+                      "only the job's user can control it") from None
+    env = dict(item.split(b"=", 1) for item in blob.split(b"\0") if b"=" in item)
+    if env.get(b"PROFILING_MODE") != b"dynamic":
+        raise Refused(f"process {pid} does not run in dynamic mode (PROFILING_MODE="
+                      f"{env.get(b'PROFILING_MODE', b'unset').decode(errors='replace')!r})")
+    named = env.get(profdir.JOB_ENV.encode())
+    if not named:
+        raise Refused(f"process {pid} has not started profiling yet (no {profdir.JOB_ENV} in its "
+                      "environment)")
+    return Path(os.fsdecode(named))
+
+
+def _jobs_under(path: Path) -> list[Path]:
+    if profdir.PROF_RE.match(path.name):
+        return [path]
+    try:
+        names = sorted(os.listdir(path))
+    except FileNotFoundError:
+        raise Refused(f"{path} does not exist") from None
+    return [path / n for n in names if profdir.PROF_RE.match(n) and (path / n / control.FOLDER).is_dir()]
+
+
+def _states(job: Path) -> list[dict[str, Any]]:
+    folder = control.folder_of(job)
+    try:
+        control.check_folder(folder)
+        return control.statuses(folder)
+    except FileNotFoundError:
+        raise Refused(f"{job} has no control folder: it is not a job in dynamic mode, or none of its "
+                      "ranks has finished an iteration yet") from None
+    except PermissionError:
+        raise Refused(f"cannot read {folder} (permission denied): only the job's user can "
+                      "control it") from None
+    except Untrusted as exc:
+        raise Refused(f"{exc}: only the job's user can control it, and the folder must be closed "
+                      "to others") from None
+
+
+def _target(args: argparse.Namespace, live_only: bool = True) -> tuple[Path, list[dict[str, Any]]]:
+    if args.pid is not None:
+        job = _from_pid(args.pid)
+        return job, _states(job)
+    where = args.job if args.job is not None else _default_output()
+    jobs = _jobs_under(where)
+    found = []
+    for job in jobs:
+        try:
+            states = _states(job)
+        except Refused:
+            if len(jobs) == 1:
+                raise
+            continue
+        if not live_only or any(control.live(s) and not s.get("ended") for s in states):
+            found.append((job, states))
+    if not found:
+        raise Refused(f"no job in dynamic mode is running under {where} (a job writes its status "
+                      "at its first iteration end, then every second)")
+    if len(found) > 1:
+        raise Refused(f"{len(found)} jobs in dynamic mode are running under {where}: "
+                      f"{', '.join(j.name for j, _ in found)}; name one with --job {where}/PROF_...")
+    return found[0]
+
+
+def _live(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in states if control.live(s) and not s.get("ended")]
+
+
+def _busy(states: list[dict[str, Any]]) -> str | None:
+    for status in _live(states):
+        for key, what in (("capture", "is running"), ("pending", "is about to start")):
+            if status.get(key):
+                c = status[key]
+                return f"capture {c['id']} {what} on rank {status.get('rank')} (`jobprof stop` ends it)"
+        if status.get("finishing"):
+            return (f"the last capture is still being written by rank {status.get('rank')}; try again "
+                    "in a moment")
+    return None
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = f"uid {os.geteuid()}"
+    return f"jobprof start ({user}@{socket.gethostname()}, pid {os.getpid()})"
+
+
+# -- commands ----------------------------------------------------------------------------------
+def run_start(args: argparse.Namespace) -> int:
+    try:
+        return _start(args)
+    except Refused as exc:
+        print(printable(f"jobprof start: {exc}"), file=sys.stderr)
+        return 2
+
+
+def _start(args: argparse.Namespace) -> int:
+    job, states = _target(args)
+    live = _live(states)
+    busy = _busy(states)
+    if busy:
+        raise Refused(f"refused: {busy}")
+    given: dict[str, Any] = {}
+    if args.options:
+        try:
+            given = json.loads(args.options)
+        except ValueError as exc:
+            raise Refused(f"--options is not valid JSON: {exc}") from None
+        if not isinstance(given, dict):
+            raise Refused("--options must be a JSON object of PROFILING_OPTIONS keys")
+        if "output" in given or "trigger" in given:
+            raise Refused("--options cannot set output or trigger: a capture is written beside the "
+                          "job's folder")
+    job_options = dict(live[0].get("options") or {}) if live else {}
+    _validate({**job_options, **given})
+    rate = max((float(s.get("rate") or 0) for s in live), default=0.0)
+    if args.seconds is not None:
+        if rate <= 0:
+            raise Refused("--seconds needs the job's iteration rate, which no rank has reported yet; "
+                          "use --iterations")
+        iterations = max(1, math.ceil(args.seconds * rate))
+    else:
+        iterations = args.iterations or DEFAULT_ITERATIONS
+    unknown = [s for s in live if not s.get("rate")]
+    if unknown and not args.at:
+        raise Refused(f"rank {unknown[0].get('rank')} has not run enough iterations for its rate to be "
+                      "known (3); try again in a moment, or name the first iteration with --at")
+    earliest = control.agreed_iteration(live)
+    if earliest is None:
+        raise Refused(f"no rank of {job.name} has reported in the last {control.STALE_S:g} s: "
+                      "the job has ended or is stuck in an iteration")
+    at = args.at or earliest
+    if at < earliest:
+        raise Refused(f"--at {at} is too soon: the ranks are near iteration "
+                      f"{max(s['iteration'] for s in live)}; the earliest every rank can make is {earliest}")
+    folder = control.folder_of(job)
+    name, claim = profdir.job_dir(str(job.parent), {})
+    if claim is not None:
+        claim.close()
+    for _ in range(5):
+        number = control.next_id(folder)
+        request = {"id": number, "at": at, "iterations": iterations, "options": given,
+                   "prof_dir": name.name, "trigger": "manual", "reason": "asked with jobprof start",
+                   "by": _who(), "created": time.time()}
+        try:
+            if control.publish(folder, control.request_name("start", number), request, exclusive=True):
+                break
+        except PermissionError:
+            raise Refused(f"cannot write in {folder} (permission denied): only the job's user can "
+                          "start a capture") from None
+    else:
+        raise Refused("another request was written at the same moment five times; try again")
+    ranks = sorted({str(s.get("rank")) for s in live})
+    print(printable(f"capture {number}: iterations {at}-{at + iterations - 1} of {job.name} "
+                    f"({len(ranks)} rank(s)) into {job.parent / name.name}"))
+    if not args.wait:
+        print("`jobprof status` follows it; `jobprof stop` ends it early")
+        return 0
+    return _wait(job, number, len(live))
+
+
+def _validate(merged: dict[str, Any]) -> None:
+    from jobprof.plugin.configure import prepare
+
+    manager, _ = new_manager()
+    outcome, _ = prepare(manager, {}, json.dumps(merged))
+    if outcome.config is None:
+        raise Refused("the capture's options are invalid:\n  "
+                      + "\n  ".join(p.render() for p in outcome.problems))
+
+
+def _wait(job: Path, number: int, ranks: int, timeout_s: float = 3600.0) -> int:
+    """Until every rank that was live says capture ``number`` is finished (or refused)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        states = _states(job)
+        done = []
+        for status in states:
+            entry = next((c for c in status.get("captures", []) if c["id"] == number), None)
+            refused = any(f"capture {number} " in r for r in status.get("refused", []))
+            writing = status.get("finishing") or (status.get("capture") or {}).get("id") == number
+            if refused or (entry and entry["state"] != "running" and not writing) or status.get("ended"):
+                done.append(status)
+        if len(done) >= ranks:
+            for status in sorted(done, key=lambda s: str(s.get("rank"))):
+                entry = next((c for c in status.get("captures", []) if c["id"] == number), None)
+                what = f"iterations {entry['first']}-{entry['last']}" if entry else "not captured"
+                print(printable(f"  rank {status.get('rank')}: {what}"))
+            return 0
+        time.sleep(0.2)
+    print(f"jobprof start: gave up waiting for capture {number} after {timeout_s:g} s", file=sys.stderr)
+    return 1
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    try:
+        job, states = _target(args)
+        live = _live(states)
+        running: list[dict[str, Any]] = [s.get("capture") or s["pending"] for s in live
+                                         if s.get("capture") or s.get("pending")]
+        if not running:
+            raise Refused(f"no capture is running in {job.name}")
+        number = running[0]["id"]
+        earliest = control.agreed_iteration(live) or 1
+        at = max(args.at or earliest, earliest)
+        folder = control.folder_of(job)
+        stop = {"id": number, "at": at, "by": _who().replace("start", "stop", 1), "created": time.time()}
+        try:
+            control.publish(folder, control.request_name("stop", number), stop, exclusive=True)
+        except PermissionError:
+            raise Refused(f"cannot write in {folder} (permission denied): only the job's user can "
+                          "stop a capture") from None
+    except Refused as exc:
+        print(printable(f"jobprof stop: {exc}"), file=sys.stderr)
+        return 2
+    print(printable(f"capture {number} of {job.name} ends before iteration {at} on every rank"))
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    try:
+        job, states = _target(args, live_only=False)
+    except Refused as exc:
+        print(printable(f"jobprof status: {exc}"), file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"job": str(job), "ranks": states}, indent=2))
+        return 0
+    now = time.time()
+    rows = []
+    for s in sorted(states, key=lambda s: str(s.get("key"))):
+        capture = s.get("capture") or {}
+        pending = s.get("pending") or {}
+        doing = (f"{capture['id']}: {capture['first']}-{capture['last']}" if capture
+                 else f"{pending['id']}: from {pending['at']} (preparing)" if pending
+                 else "finishing" if s.get("finishing") else "-")
+        state = f"ended ({s['ended']})" if s.get("ended") else "live" if control.live(s, now) else "no news"
+        rows.append([s.get("rank"), s.get("pid"), s.get("host"), s.get("iteration"), s.get("rate") or "N/A",
+                     doing, len(s.get("captures", [])), state, f"{now - float(s.get('time', now)):.1f}"])
+    print(printable(f"{job}"))
+    print(printable(tabulate(rows, headers=["rank", "pid", "host", "iteration", "it/s", "capture",
+                                            "captures", "state", "age s"])))
+    seen: dict[int, dict[str, Any]] = {}
+    for s in states:
+        for c in s.get("captures", []):
+            seen.setdefault(c["id"], c)
+    if seen:
+        print()
+        print(printable(tabulate([[c["id"], c["trigger"], f"{c['first']}-{c['last']}", c["state"],
+                                   c["prof_dir"], c.get("reason", "")] for _, c in sorted(seen.items())],
+                                 headers=["capture", "trigger", "iterations", "state", "folder", "why"])))
+    refused = sorted({r for s in states for r in s.get("refused", [])})
+    for line in refused:
+        print(printable(f"note: {line}"))
+    return 0

@@ -1,0 +1,500 @@
+"""Dynamic mode (``PROFILING_MODE=dynamic``): the step tier always on, captures on demand.
+
+The job's session runs the step tier only (``training_trace``, or nothing written when it is
+off) and this controller, told every iteration end on the training thread.  A capture is a
+second :class:`~jobprof.runtime.session.Session` with every plugin the job's options (laid over
+by the request's) turn on, borrowing the job's step detector: it starts at an iteration
+boundary, ends at another, and writes a complete ``PROF_`` folder of its own (a sibling of the
+job's) that summary / report / merge / diff / kineto read unchanged; its info.json says why it
+ran (``jobprof.capture``).
+
+Requests come through the job's control folder (:mod:`jobprof.files.control`): from ``jobprof
+start`` / ``stop``, or from a trigger that fired on some rank.  The per-iteration cost when
+nothing happens: a clock read, a deque append and a comparison; the folder is listed every
+:data:`~jobprof.files.control.POLL_S` and the status written every
+:data:`~jobprof.files.control.STATUS_S`.  What can take longer (loading the capture's plugins,
+validating its options, finishing it: rendering, the background exporter) runs on helper
+threads; the training thread does only the hand-over (plugins' ``session_start`` and Kineto's
+start at the first boundary, Kineto's stop at the last).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from jobprof import __version__
+from jobprof.files import control, profdir
+from jobprof.files.control import Request, Stop, Untrusted
+from jobprof.plugin.reporter import Reporter
+from jobprof.plugin.values import Iteration
+
+if TYPE_CHECKING:
+    from jobprof.runtime.session import Session
+
+#: iteration times kept for the running median (triggers, the rate in the status)
+WINDOW = 51
+#: how long the job's end waits for a capture that is finishing on its helper thread (s)
+FINISH_WAIT_S = 10.0
+#: the step-tier option keys the job's own session keeps in dynamic mode
+STEP_KEYS = ("output", "storage_limit", "export", "training_trace", "fp_point", "bp_point")
+#: trigger defaults (schemas/options.json ``trigger``)
+TRIGGER_DEFAULTS = {"iterations": 10, "cooldown_s": 900.0, "warmup": 20}
+
+
+def step_tier_options(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of the job's own session in dynamic mode: the step tier only."""
+    kept = {k: values[k] for k in STEP_KEYS if k in values}
+    kept["task_trace"] = "off"  # on by default (msprof's); the operator tier waits for a capture
+    return kept
+
+
+@attrs.define
+class Pending:
+    """A request seen, its capture session being prepared on a helper thread."""
+
+    request: Request
+    session: Session | None = None
+    error: str | None = None
+    done: threading.Event = attrs.field(factory=threading.Event)
+
+
+@attrs.define
+class Active:
+    """The capture running now."""
+
+    request: Request
+    session: Session
+    first: int
+    last: int
+    note: str = ""
+
+
+class Controller:
+    """The captures of one process of a job in dynamic mode (see the module docstring)."""
+
+    def __init__(self, base: Session, options: Mapping[str, Any], trigger: Mapping[str, Any] | None,
+                 reporter: Reporter) -> None:
+        self.base, self.reporter = base, reporter
+        #: the job's own options (as the user wrote them): each capture's, under the request's
+        self.options = dict(options)
+        self.trigger = {**TRIGGER_DEFAULTS, **trigger} if trigger else None
+        self.uid = os.geteuid()
+        self.folder: Path | None = None
+        self.torch: Any = None
+        self.pending: Pending | None = None
+        self.capture: Active | None = None
+        self._ending: threading.Thread | None = None
+        self.seen = 0  # the highest request id looked at
+        self._stops: set[int] = set()
+        self.history: deque[dict[str, Any]] = deque(maxlen=20)
+        self.refused: deque[str] = deque(maxlen=10)
+        self._said: set[str] = set()
+        self._inert = False
+        self._rank: dict[str, Any] = {}
+        self._key = f"pid{os.getpid()}"
+        self._next_poll = 0
+        self._next_status = 0
+        self._changed = True
+        self.index = 0
+        self.durations: deque[int] = deque(maxlen=WINDOW)
+        self._median = 0
+        self._median_at = 0
+        self._last_fire = -1e18
+        self._growth = 0
+        self._memory_prev = -1
+        self._statm: int | None = None
+        #: requests written before this process ran are history, not news (an elastic restart)
+        self._born = time.time()
+
+    # -- from the job's session --------------------------------------------------------------
+    def torch_ready(self, torch: Any) -> None:
+        self.torch = torch
+
+    def attached(self, name: str) -> Any:
+        capture = self.capture
+        return capture.session.attached(name) if capture is not None else None
+
+    def forked(self) -> None:
+        self._inert = True
+        capture = self.capture
+        if capture is not None:
+            capture.session._forked()
+
+    def on_iteration(self, iteration: Iteration) -> None:
+        """Every iteration end of the job, on the training thread; never raises."""
+        if self._inert:
+            return
+        try:
+            self._on_iteration(iteration)
+        except Exception as exc:  # the job comes first: dynamic mode ends, the step tier goes on
+            self._inert = True
+            self.reporter.error(f"dynamic mode stopped: internal error at iteration {iteration.index}: "
+                                f"{exc!r}; the job goes on (its step tier too)")
+
+    def _on_iteration(self, iteration: Iteration) -> None:
+        index = self.index = iteration.index
+        now = time.monotonic_ns()
+        capture = self.capture
+        if capture is not None:
+            capture.session.on_iteration(iteration)
+            if index >= capture.last:
+                self._end(capture, index)
+        else:
+            self._observe(iteration, now)
+        pending = self.pending
+        if pending is not None and self.capture is None and index + 1 >= pending.request.at:
+            self._begin(pending, index)
+        if now >= self._next_poll:
+            self._next_poll = now + int(control.POLL_S * 1e9)
+            self._poll(index)
+        if now >= self._next_status or self._changed:
+            self._next_status = now + int(control.STATUS_S * 1e9)
+            self._write_status()
+
+    def close(self, reason: str) -> None:
+        """The job's session ends (any thread): the running capture ends with it, the one
+        finishing is waited for (bounded), and the status says the job has ended."""
+        if self._inert:
+            return
+        capture, self.capture = self.capture, None
+        if capture is not None:
+            self._record(capture, "ended with the job")
+            try:
+                capture.session.finish(reason)
+            except Exception as exc:
+                self.reporter.warning(f"capture {capture.request.id} could not be finished: {exc!r}")
+        ending = self._ending
+        if ending is not None:
+            ending.join(FINISH_WAIT_S)
+        self._write_status(ended=reason)
+        self._inert = True
+
+    # -- captures ----------------------------------------------------------------------------
+    def _poll(self, index: int) -> None:
+        if self.folder is None:
+            try:
+                self.folder = control.make(self.base.job_dir)
+            except OSError as exc:
+                self._say_once("folder", f"dynamic mode: cannot make the control folder "
+                                         f"{control.folder_of(self.base.job_dir)} ({exc.strerror or exc}); "
+                                         "captures cannot be asked for in this job")
+                self._inert = True
+                return
+        try:
+            control.check_folder(self.folder, self.uid)
+            starts, stops, _ = control.entries(self.folder)
+        except (OSError, Untrusted) as exc:
+            self._say_once("untrusted", f"dynamic mode: the control folder is not the job's own "
+                                        f"({exc}); requests in it are ignored")
+            return
+        for number in sorted(n for n in starts if n > self.seen):
+            self.seen = number
+            request = self._read(self.folder / starts[number], Request)
+            if request is not None:
+                self._consider(request, index)
+        for number in stops:
+            if number not in self._stops and self._targets(number):
+                stop = self._read(self.folder / stops[number], Stop)
+                self._stops.add(number)
+                if stop is not None:
+                    self._stop(stop, index)
+
+    def _read(self, path: Path, kind: Any) -> Any:
+        try:
+            return kind.from_json(control.read_trusted(path, self.uid))
+        except Untrusted as exc:
+            self._refuse(f"{path.name} refused: {exc}")
+        except ValueError as exc:
+            self._refuse(f"{path.name} refused: {exc}")
+        except OSError as exc:
+            self._refuse(f"{path.name} could not be read: {exc.strerror or exc}")
+        return None
+
+    def _targets(self, number: int) -> bool:
+        return any(c is not None and c.request.id == number for c in (self.capture, self.pending))
+
+    def _consider(self, request: Request, index: int) -> None:
+        if request.last <= index:
+            if request.created >= self._born:
+                self._refuse(f"capture {request.id} refused: it asked for iterations {request.at}-"
+                             f"{request.last}, and this rank had run iteration {index} when it read it")
+            return
+        busy = self.capture or self.pending
+        if busy is not None:
+            self._refuse(f"capture {request.id} refused: capture {busy.request.id} "
+                         f"({busy.request.trigger}) is running")
+            return
+        pending = self.pending = Pending(request)
+        threading.Thread(target=self._prepare, args=(pending,), name="jobprof-capture-prepare",
+                         daemon=True).start()
+        self._changed = True
+
+    def _prepare(self, pending: Pending) -> None:
+        """Load the plugins and validate the capture's options (helper thread)."""
+        from jobprof.plugin.configure import prepare
+        from jobprof.plugin.manager import PluginManager
+        from jobprof.runtime.session import Session
+
+        request = pending.request
+        try:
+            path = self.base.job_dir.parent / request.prof_dir
+            problem = profdir.inherited_problem(str(path), str(self.base.job_dir.parent))
+            if problem is not None or path == self.base.job_dir:
+                raise ValueError(f"prof_dir {request.prof_dir!r} {problem or 'is the job folder'}")
+            options = {**self.options, **request.options}
+            options["output"] = self.options.get("output", options.get("output"))
+            manager = PluginManager(self.reporter)
+            outcome, composed = prepare(manager, os.environ, text=json.dumps(options))
+            if outcome.config is None:
+                raise ValueError("its options are invalid: "
+                                 + "; ".join(p.render() for p in outcome.problems))
+            session = Session(outcome.config, manager, composed.owners, self.reporter,
+                              capture_of=self.base, capture_dir=path)
+            session.info["capture"] = {"id": request.id, "trigger": request.trigger,
+                                       "reason": request.reason, "by": request.by,
+                                       "asked": [request.at, request.last],
+                                       "job": self.base.job_dir.name, "options": request.options}
+            pending.session = session
+        except Exception as exc:
+            pending.error = str(exc) if isinstance(exc, ValueError) else repr(exc)
+        finally:
+            pending.done.set()
+
+    def _begin(self, pending: Pending, index: int) -> None:
+        """Start the prepared capture at this boundary (training thread)."""
+        request = pending.request
+        single = self._world() <= 1
+        if not pending.done.is_set():
+            if single or index + 1 <= request.last:
+                return  # not ready yet: at the next boundary (said in the capture's note)
+            pending.error = "its plugins were not ready before its last iteration"
+        self.pending = None
+        self._changed = True
+        if pending.session is None or self.torch is None or self.base.detector is None:
+            self._refuse(f"capture {request.id} refused: {pending.error or 'torch is not loaded'}")
+            return
+        first = index + 1
+        last = first + request.iterations - 1 if single else request.last
+        if first > last:
+            self._refuse(f"capture {request.id}: its iterations {request.at}-{request.last} had passed "
+                         f"when it was ready (iteration {index}); not captured")
+            return
+        note = f"started {first - request.at} iteration(s) late" if first > request.at else ""
+        session = pending.session
+        session.info["capture"].update({"first": first, "last": last, "note": note})
+        started = time.monotonic_ns()
+        session.begin_capture(self.torch, self.base.detector)
+        session.record_own(started, time.monotonic_ns(), "capture start")
+        self.capture = Active(request, session, first, last, note)
+        self._record(self.capture, "running")
+
+    def _end(self, capture: Active, index: int) -> None:
+        """The capture's last boundary (training thread): Kineto stops here, the rest of its
+        end (plugins, rendering, metadata) on a helper thread."""
+        from jobprof.runtime.session import CAPTURE_END
+
+        self.capture = None
+        capture.last = index
+        capture.session.info["capture"]["last"] = index
+        capture.session.end_capture()
+        self._record(capture, "finished")
+        self._last_fire = max(self._last_fire, time.monotonic()) if capture.request.trigger != "manual" \
+            else self._last_fire
+        thread = self._ending = threading.Thread(target=capture.session.finish, args=(CAPTURE_END,),
+                                                 name="jobprof-capture-end", daemon=True)
+        thread.start()
+        self._changed = True
+
+    def _stop(self, stop: Stop, index: int) -> None:
+        pending, capture = self.pending, self.capture
+        if pending is not None and pending.request.id == stop.id and index + 1 < pending.request.at:
+            self.pending = None
+            self._refuse(f"capture {stop.id} cancelled before it began ({stop.by})")
+        elif capture is not None and capture.request.id == stop.id:
+            capture.last = max(index + 1, min(capture.last, stop.at - 1))
+            capture.session.info["capture"]["stopped_by"] = stop.by
+        self._changed = True
+
+    def _record(self, capture: Active, state: str) -> None:
+        entry = {"id": capture.request.id, "trigger": capture.request.trigger,
+                 "reason": capture.request.reason, "first": capture.first, "last": capture.last,
+                 "prof_dir": capture.request.prof_dir, "state": state, "note": capture.note}
+        if self.history and self.history[-1]["id"] == entry["id"]:
+            self.history[-1] = entry
+        else:
+            self.history.append(entry)
+        self._changed = True
+
+    def _refuse(self, message: str) -> None:
+        self.refused.append(message)
+        self._changed = True
+        self.reporter.warning(f"dynamic mode: {message}")
+
+    def _say_once(self, key: str, message: str) -> None:
+        if key not in self._said:
+            self._said.add(key)
+            self.reporter.warning(message)
+
+    # -- status ------------------------------------------------------------------------------
+    def _world(self) -> int:
+        world = self._rank.get("world_size")
+        return world if isinstance(world, int) else 1
+
+    def _rank_info(self) -> None:
+        if self._rank.get("rank_from") in ("RANK / WORLD_SIZE", "torch.distributed") or self.torch is None:
+            return
+        self._rank = profdir.job_rank(self.torch)
+        rank = self._rank.get("rank_id")
+        if isinstance(rank, int):
+            self._key = f"{rank:05d}"
+
+    def _write_status(self, ended: str | None = None) -> None:
+        self._changed = False
+        folder = self.folder
+        if folder is None:
+            return
+        old_key = self._key
+        self._rank_info()
+        capture, pending = self.capture, self.pending
+        median = self._median_ns()
+        status = {
+            "key": self._key, "rank": self._rank.get("rank_id", "N/A"), "world": self._world(),
+            "pid": os.getpid(), "host": socket.gethostname(), "version": __version__,
+            "job": self.base.job_dir.name, "iteration": self.index, "time": time.time(),
+            "rate": round(1e9 / median, 3) if median else 0.0,
+            "median_ms": round(median / 1e6, 3) if median else None,
+            "step_tier": not self.base.quiet,
+            "capture": None if capture is None else {"id": capture.request.id, "first": capture.first,
+                                                     "last": capture.last, "state": "running",
+                                                     "prof_dir": capture.request.prof_dir},
+            "pending": None if pending is None else {"id": pending.request.id, "at": pending.request.at},
+            "finishing": bool(self._ending is not None and self._ending.is_alive()),
+            "captures": list(self.history), "refused": list(self.refused),
+            "trigger": self.trigger, "options": self.options, "ended": ended,
+        }
+        try:
+            control.publish(folder, control.rank_name(self._key), status)
+            if old_key != self._key:  # the rank became known: the pid-named status goes
+                os.unlink(folder / control.rank_name(old_key))
+        except OSError as exc:
+            self._say_once("status", f"dynamic mode: cannot write this process's status in {folder} "
+                                     f"({exc.strerror or exc}); `jobprof status` will not list it")
+
+    def _median_ns(self) -> int:
+        if len(self.durations) >= 3 and self.index != self._median_at:
+            self._median = int(statistics.median(self.durations))
+            self._median_at = self.index
+        return self._median
+
+    # -- triggers ----------------------------------------------------------------------------
+    def _observe(self, iteration: Iteration, now: int) -> None:
+        duration = iteration.end_ns - iteration.start_ns
+        trigger = self.trigger
+        if trigger is not None and len(self.durations) >= max(3, int(trigger["warmup"])):
+            k = trigger.get("slow_iteration")
+            if self.index % 16 == 0 or not self._median:
+                self._median_ns()
+            if k and self._median and duration > k * self._median:
+                self._fire("slow_iteration", f"iteration {iteration.index} took {duration / 1e6:.1f} ms, "
+                                             f"{duration / self._median:.1f}x the running median "
+                                             f"{self._median / 1e6:.1f} ms (threshold {k:g}x)")
+            if trigger.get("memory_growth"):
+                self._memory_trigger(int(trigger["memory_growth"]), iteration.index)
+            if trigger.get("rank_outlier") and now >= self._next_status and self._key == "00000":
+                self._rank_trigger(float(trigger["rank_outlier"]))
+        self.durations.append(duration)
+        if len(self.durations) == 3:
+            self._changed = True  # the rate is known now: `jobprof start` needs it
+
+    def _memory_trigger(self, m: int, index: int) -> None:
+        used = self._memory()
+        if used is None:
+            return
+        self._growth = self._growth + 1 if used > self._memory_prev >= 0 else 0
+        self._memory_prev = used
+        if self._growth >= m:
+            self._growth = 0
+            self._fire("memory_growth", f"memory in use grew at {m} iteration ends in a row, to "
+                                        f"{used / 2**20:.1f} MiB at iteration {index}")
+
+    def _memory(self) -> int | None:
+        """Bytes in use: the CUDA caching allocator's when CUDA is in use, else the resident set."""
+        torch = self.torch
+        try:
+            if torch is not None and torch.cuda.is_initialized():
+                return int(torch.cuda.memory_allocated())
+            if self._statm is None:
+                self._statm = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+            return int(os.pread(self._statm, 128, 0).split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except Exception:
+            self._say_once("memory", "trigger memory_growth: memory in use cannot be read here; "
+                                     "that trigger is off")
+            assert self.trigger is not None
+            self.trigger["memory_growth"] = None
+            return None
+
+    def _rank_trigger(self, percent: float) -> None:
+        """Rank 0, once a second: is some rank's median iteration time outside the others'?"""
+        if self.folder is None:
+            return
+        states = [s for s in control.statuses(self.folder, self.uid)
+                  if control.live(s) and s.get("median_ms") and not s.get("capture") and not s.get("ended")]
+        if len(states) < 2:
+            return
+        for status in states:
+            others = statistics.median(s["median_ms"] for s in states if s is not status)
+            mine = status["median_ms"]
+            if others and abs(mine - others) > others * percent / 100:
+                self._fire("rank_outlier", f"rank {status.get('rank')}'s median iteration time "
+                                           f"{mine:.1f} ms is {100 * (mine - others) / others:+.0f}% "
+                                           f"from the other ranks' {others:.1f} ms (threshold {percent:g}%)")
+                return
+
+    def _fire(self, trigger: str, reason: str) -> None:
+        """Ask every rank for a capture of the next iterations, unless one runs or the
+        cool-down since the last triggered one has not passed (asked through the folder:
+        the first rank to write request N wins; the others find it there)."""
+        assert self.trigger is not None
+        if self.capture or self.pending or self.folder is None \
+                or time.monotonic() - self._last_fire < float(self.trigger["cooldown_s"]):
+            return
+        self._last_fire = time.monotonic()
+        folder = self.folder
+        try:
+            number = control.next_id(folder)
+            latest = number - 1
+            if latest >= 1:
+                previous = Request.from_json(
+                    control.read_trusted(folder / control.request_name("start", latest), self.uid))
+                if previous.trigger != "manual" \
+                        and time.time() - previous.created < float(self.trigger["cooldown_s"]):
+                    return  # another rank's trigger fired meanwhile
+            if self._world() <= 1:
+                at = self.index + 2
+            else:
+                at = control.agreed_iteration(control.statuses(folder, self.uid)) or self.index + 2
+            name = profdir.job_dir(str(self.base.job_dir.parent), {})
+            if name[1] is not None:
+                name[1].close()  # the name is what the request carries; the capture makes it
+            first, count = max(at, self.index + 2), int(self.trigger["iterations"])
+            request = {"id": number, "at": first, "iterations": count,
+                       "options": {}, "prof_dir": name[0].name, "trigger": trigger, "reason": reason,
+                       "by": f"trigger on rank {self._rank.get('rank_id', 'N/A')} (pid {os.getpid()})",
+                       "created": time.time()}
+            if control.publish(folder, control.request_name("start", number), request, exclusive=True):
+                self.reporter.info(f"dynamic mode: trigger {trigger}: {reason}; capturing iterations "
+                                   f"{first}-{first + count - 1} into {name[0].name}")
+            self._next_poll = 0  # read it (ours or the winner's) at once
+        except (OSError, Untrusted, ValueError) as exc:
+            self._say_once("fire", f"dynamic mode: trigger {trigger} could not ask for a capture ({exc})")
