@@ -26,8 +26,8 @@ import datetime as dt
 import hashlib
 import os
 import platform
-import random
 import re
+import secrets
 import socket
 import stat
 import string
@@ -128,7 +128,9 @@ def job_dir(output: str, environ: dict | os._Environ = os.environ,
         warn(f"{JOB_ENV}={inherited!r} ignored: it {problem}; this job gets a PROF_ folder of its own")
     index, claim = _claim_index(output)
     stamp = dt.datetime.now().strftime("%Y%m%d%H%M%S%f")[:17]
-    suffix = "".join(random.choices(string.ascii_uppercase, k=16))
+    # never the program's random module: a capture is named mid-run (dynamic mode), and a draw
+    # from the shared generator would change every number the program draws after it
+    suffix = "".join(secrets.choice(string.ascii_uppercase) for _ in range(16))
     path = Path(output, f"PROF_{index:06d}_{stamp}_{suffix}")
     environ[JOB_ENV] = str(path)
     return path, claim

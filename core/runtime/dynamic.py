@@ -93,6 +93,8 @@ class Controller:
         self.folder: Path | None = None
         self.torch: Any = None
         self.pending: Pending | None = None
+        #: a capture session prepared ahead for the job's own options (triggers on)
+        self._armed: Pending | None = None
         self.capture: Active | None = None
         self._ending: threading.Thread | None = None
         self.seen = 0  # the highest request id looked at
@@ -120,6 +122,8 @@ class Controller:
     # -- from the job's session --------------------------------------------------------------
     def torch_ready(self, torch: Any) -> None:
         self.torch = torch
+        if self.trigger is not None:
+            threading.Thread(target=self._arm, name="jobprof-capture-prepare", daemon=True).start()
 
     def attached(self, name: str) -> Any:
         capture = self.capture
@@ -152,12 +156,12 @@ class Controller:
                 self._end(capture, index)
         else:
             self._observe(iteration, now)
-        pending = self.pending
-        if pending is not None and self.capture is None and index + 1 >= pending.request.at:
-            self._begin(pending, index)
         if now >= self._next_poll:
             self._next_poll = now + int(control.POLL_S * 1e9)
             self._poll(index)
+        pending = self.pending
+        if pending is not None and self.capture is None and index + 1 >= pending.request.at:
+            self._begin(pending, index)
         if now >= self._next_status or self._changed:
             self._next_status = now + int(control.STATUS_S * 1e9)
             self._write_status()
@@ -235,6 +239,17 @@ class Controller:
             self._refuse(f"capture {request.id} refused: capture {busy.request.id} "
                          f"({busy.request.trigger}) is running")
             return
+        armed = self._armed
+        if not request.options and armed is not None and armed.done.is_set() and armed.session is not None:
+            self._armed = None  # prepared ahead for the job's own options (a trigger's)
+            try:
+                self._label(armed.session, request)
+                self.pending = Pending(request, armed.session)
+                self.pending.done.set()
+            except ValueError as exc:
+                self._refuse(f"capture {request.id} refused: {exc}")
+            self._changed = True
+            return
         pending = self.pending = Pending(request)
         threading.Thread(target=self._prepare, args=(pending,), name="jobprof-capture-prepare",
                          daemon=True).start()
@@ -242,34 +257,54 @@ class Controller:
 
     def _prepare(self, pending: Pending) -> None:
         """Load the plugins and validate the capture's options (helper thread)."""
-        from jobprof.plugin.configure import prepare
-        from jobprof.plugin.manager import PluginManager
-        from jobprof.runtime.session import Session
-
-        request = pending.request
         try:
-            path = self.base.job_dir.parent / request.prof_dir
-            problem = profdir.inherited_problem(str(path), str(self.base.job_dir.parent))
-            if problem is not None or path == self.base.job_dir:
-                raise ValueError(f"prof_dir {request.prof_dir!r} {problem or 'is the job folder'}")
-            options = {**self.options, **request.options}
-            options["output"] = self.options.get("output", options.get("output"))
-            manager = PluginManager(self.reporter)
-            outcome, composed = prepare(manager, os.environ, text=json.dumps(options))
-            if outcome.config is None:
-                raise ValueError("its options are invalid: "
-                                 + "; ".join(p.render() for p in outcome.problems))
-            session = Session(outcome.config, manager, composed.owners, self.reporter,
-                              capture_of=self.base, capture_dir=path)
-            session.info["capture"] = {"id": request.id, "trigger": request.trigger,
-                                       "reason": request.reason, "by": request.by,
-                                       "asked": [request.at, request.last],
-                                       "job": self.base.job_dir.name, "options": request.options}
+            session = self._build(pending.request.options)
+            self._label(session, pending.request)
             pending.session = session
         except Exception as exc:
             pending.error = str(exc) if isinstance(exc, ValueError) else repr(exc)
         finally:
             pending.done.set()
+
+    def _arm(self) -> None:
+        """With triggers on: prepare the next triggered capture's session now (helper thread),
+        so that it starts at the boundary after its trigger fired."""
+        armed = Pending(Request(0, 1, 1, {}, "", "", "", "", 0.0))
+        try:
+            armed.session = self._build({})
+        except Exception as exc:
+            armed.error = repr(exc)
+        armed.done.set()
+        self._armed = armed
+
+    def _build(self, overrides: Mapping[str, Any]) -> Session:
+        """A capture session: the job's options under ``overrides`` (ValueError: invalid)."""
+        from jobprof.plugin.configure import prepare
+        from jobprof.plugin.manager import PluginManager
+        from jobprof.runtime.session import Session
+
+        options = {**self.options, **overrides}
+        options["output"] = self.options.get("output", options.get("output"))
+        manager = PluginManager(self.reporter)
+        outcome, composed = prepare(manager, os.environ, text=json.dumps(options))
+        if outcome.config is None:
+            raise ValueError("its options are invalid: "
+                             + "; ".join(p.render() for p in outcome.problems))
+        # the folder is the request's (set by _label before the capture begins)
+        return Session(outcome.config, manager, composed.owners, self.reporter,
+                       capture_of=self.base, capture_dir=self.base.job_dir)
+
+    def _label(self, session: Session, request: Request) -> None:
+        """Point ``session`` at the request's folder and say why it runs (info.json)."""
+        path = self.base.job_dir.parent / request.prof_dir
+        problem = profdir.inherited_problem(str(path), str(self.base.job_dir.parent))
+        if problem is not None or path == self.base.job_dir:
+            raise ValueError(f"prof_dir {request.prof_dir!r} {problem or 'is the job folder'}")
+        session.job_dir = path
+        session.info["capture"] = {"id": request.id, "trigger": request.trigger,
+                                   "reason": request.reason, "by": request.by,
+                                   "asked": [request.at, request.last],
+                                   "job": self.base.job_dir.name, "options": dict(request.options)}
 
     def _begin(self, pending: Pending, index: int) -> None:
         """Start the prepared capture at this boundary (training thread)."""
@@ -292,7 +327,9 @@ class Controller:
             return
         note = f"started {first - request.at} iteration(s) late" if first > request.at else ""
         session = pending.session
-        session.info["capture"].update({"first": first, "last": last, "note": note})
+        # from the request's writing to this boundary: what `jobprof start` costs in time
+        session.info["capture"].update({"first": first, "last": last, "note": note,
+                                        "latency_s": round(time.time() - request.created, 3)})
         started = time.monotonic_ns()
         session.begin_capture(self.torch, self.base.detector)
         session.record_own(started, time.monotonic_ns(), "capture start")
@@ -302,8 +339,6 @@ class Controller:
     def _end(self, capture: Active, index: int) -> None:
         """The capture's last boundary (training thread): Kineto stops here, the rest of its
         end (plugins, rendering, metadata) on a helper thread."""
-        from jobprof.runtime.session import CAPTURE_END
-
         self.capture = None
         capture.last = index
         capture.session.info["capture"]["last"] = index
@@ -311,10 +346,18 @@ class Controller:
         self._record(capture, "finished")
         self._last_fire = max(self._last_fire, time.monotonic()) if capture.request.trigger != "manual" \
             else self._last_fire
-        thread = self._ending = threading.Thread(target=capture.session.finish, args=(CAPTURE_END,),
+        thread = self._ending = threading.Thread(target=self._finish_capture, args=(capture.session,),
                                                  name="jobprof-capture-end", daemon=True)
         thread.start()
         self._changed = True
+
+    def _finish_capture(self, session: Session) -> None:
+        """The end of a capture after its last boundary (helper thread), then the next armed."""
+        from jobprof.runtime.session import CAPTURE_END
+
+        session.finish(CAPTURE_END)
+        if self.trigger is not None and not self._inert:
+            self._arm()
 
     def _stop(self, stop: Stop, index: int) -> None:
         pending, capture = self.pending, self.capture
@@ -386,7 +429,7 @@ class Controller:
         try:
             control.publish(folder, control.rank_name(self._key), status)
             if old_key != self._key:  # the rank became known: the pid-named status goes
-                os.unlink(folder / control.rank_name(old_key))
+                (folder / control.rank_name(old_key)).unlink(missing_ok=True)
         except OSError as exc:
             self._say_once("status", f"dynamic mode: cannot write this process's status in {folder} "
                                      f"({exc.strerror or exc}); `jobprof status` will not list it")
@@ -480,14 +523,14 @@ class Controller:
                 if previous.trigger != "manual" \
                         and time.time() - previous.created < float(self.trigger["cooldown_s"]):
                     return  # another rank's trigger fired meanwhile
-            if self._world() <= 1:
-                at = self.index + 2
+            if self._world() <= 1:  # alone: the next iteration (the capture waits if not ready)
+                at = self.index + 1
             else:
                 at = control.agreed_iteration(control.statuses(folder, self.uid)) or self.index + 2
             name = profdir.job_dir(str(self.base.job_dir.parent), {})
             if name[1] is not None:
                 name[1].close()  # the name is what the request carries; the capture makes it
-            first, count = max(at, self.index + 2), int(self.trigger["iterations"])
+            first, count = max(at, self.index + 1), int(self.trigger["iterations"])
             request = {"id": number, "at": first, "iterations": count,
                        "options": {}, "prof_dir": name[0].name, "trigger": trigger, "reason": reason,
                        "by": f"trigger on rank {self._rank.get('rank_id', 'N/A')} (pid {os.getpid()})",

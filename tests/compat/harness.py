@@ -46,7 +46,14 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     # compiled programs only (tests/compat/test_compile.py): Inductor emits a profiler range per
     # C++ kernel, a different compile of the same graph
     "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},
+    # dynamic mode (PROFILING_MODE=dynamic): the step tier always, and a trigger that fires at
+    # almost every iteration with no cool-down: captures of two iterations (the operator tier
+    # at l1, dp, msproftx) begin and end all through the run
+    "dynamic": {**STEP_TIER, "task_trace": "l1",
+                "trigger": {"slow_iteration": 1.1, "warmup": 2, "iterations": 2, "cooldown_s": 0}},
 }
+#: the PROFILING_MODE of a set (default "true")
+MODE_OF = {"dynamic": "dynamic"}
 #: the sets every row of the matrix runs.  The torch version legs (.ci/legs) narrow them with
 #: COMPAT_SETS=l1: what differs between torch releases is the capture, and l1 runs the step tier's
 #: hooks and the operator tier's Kineto session (with shapes); l0 drops the shapes, aic only adds
@@ -111,6 +118,8 @@ class Run:
     def prof_dir(self) -> Path:
         assert self.output is not None, f"{self.label} was not profiled"
         found = sorted(self.output.glob("PROF_*"))
+        # dynamic mode: the job's folder (its captures are folders beside it)
+        found = [p for p in found if (p / "control").is_dir()] or found
         assert len(found) == 1, f"{self.label}: expected one PROF_ folder, found {found}"
         return found[0]
 
@@ -130,7 +139,8 @@ def wait_rendered(output: Path, timeout: float = 300) -> None:
 def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] | None = None,
         args: Iterable[str] = (), env: Mapping[str, str] | None = None, timeout: float = 600,
         launcher: list[str] | None = None) -> Run:
-    """Run ``program`` (a file in ``programs/`` or a path), profiled when ``options`` is given."""
+    """Run ``program`` (a file in ``programs/`` or a path), profiled when ``options`` is given
+    (in the PROFILING_MODE of the set named ``label``: :data:`MODE_OF`)."""
     path = Path(program) if Path(program).is_absolute() else PROGRAMS / program
     work = tmp / label
     work.mkdir(parents=True, exist_ok=True)
@@ -138,7 +148,7 @@ def run(program: str | Path, tmp: Path, label: str, options: Mapping[str, Any] |
     output = None
     if options is not None:
         output = work / "prof"
-        extra["PROFILING_MODE"] = "true"
+        extra["PROFILING_MODE"] = MODE_OF.get(label, "true")
         # every file before the job returns unless the set chooses (an exporter per run cost
         # the matrix a Python start-up each); the default, "background", is the `export` set's
         extra["PROFILING_OPTIONS"] = json.dumps({"output": str(output), "export": "inline", **options})
@@ -290,6 +300,7 @@ def check_all(base, runs, steps, method, extra=(), volatile: re.Pattern[str] = D
     naming each option set that failed, at which check and why."""
     assert base.code == 0, base.describe()
     checks = [("same", lambda base, run: assert_same(base, run, volatile)),
+              ("captures", assert_captures),
               ("iterations", lambda base, run: assert_iterations(run, steps, method)),
               ("summary", lambda base, run: assert_summary_sane(run)),
               *((getattr(check, "__name__", "extra"), check) for check in extra)]
@@ -305,3 +316,31 @@ def check_all(base, runs, steps, method, extra=(), volatile: re.Pattern[str] = D
         heads = "\n".join(f"  {label}: {line}" for label, (line, _) in failures.items())
         details = "\n\n".join(f"===== {label}\n{text}" for label, (_, text) in failures.items())
         pytest.fail(f"{len(failures)}/{len(runs)} option sets failed:\n{heads}\n\n{details}", pytrace=False)
+
+
+def captures(run_: Run) -> list[Path]:
+    """Dynamic mode: the capture folders beside the job's (each a complete profile)."""
+    assert run_.output is not None
+    job = run_.prof_dir()
+    return [p for p in sorted(run_.output.glob("PROF_*")) if p != job]
+
+
+def assert_captures(base: Run, run_: Run) -> None:
+    """The dynamic set: its trigger fired; each capture is a whole profile of the iterations
+    it names (step_trace and op_summary for each), and ended as a capture or with the job."""
+    if MODE_OF.get(run_.label) != "dynamic":
+        return
+    from jobprof.analysis.profile import Profile
+
+    found = captures(run_)
+    assert found, f"{run_.label}: no capture was made\n{run_.describe()}"
+    for folder in found:
+        profile = Profile(folder)
+        info = profile.info(0).get("jobprof", {})
+        capture = info.get("capture") or {}
+        assert info.get("end_reason") in ("capture end", "exit"), (folder.name, info.get("end_reason"))
+        its = [it.index for it in profile.iterations(0)]
+        assert its == list(range(capture["first"], capture["last"] + 1)), (folder.name, its, capture)
+        summary = folder / "device_0" / "summary"
+        for name in ("step_trace", "op_summary"):
+            assert len(list(summary.glob(f"{name}_*.csv"))) == len(its), (folder.name, name)

@@ -4,8 +4,8 @@ same test: same losses, same compile counters (printed by the program), no new w
 
 Each row compiles cold once per option set, the costliest runs of the suite (a minute each on
 2 CPUs), so the sets are split between the two rows instead of repeated: the step tier,
-``l1`` and ``memory`` (l1 with task_memory: Kineto's memory profiling, the module-call recorder)
-on the module row; ``l0``, ``aic`` and ``kernels`` (fusion_op times each C++ kernel: a
+``l1``, ``memory`` (l1 with task_memory: Kineto's memory profiling, the module-call recorder)
+and ``dynamic`` (captures begun and ended between compiled steps) on the module row; ``l0``, ``aic`` and ``kernels`` (fusion_op times each C++ kernel: a
 different compile of the same graph) on the function row, the one with a graph break and a
 recompile.  fusion_op is on in every set with task_trace (its default).  Until 2026-12 each row
 ran every set and a separate test ran ``l1`` again for the recompile lines: 16 cold compiles
@@ -23,7 +23,7 @@ import pytest
 from harness import TORCH_LOG, check_all, facts, run_matrix
 
 #: (shape, optimizer steps, the option sets of its row, recompiles its base run logs)
-ROWS = [("module", 5, ("step", "l1", "memory"), 0),
+ROWS = [("module", 5, ("step", "l1", "memory", "dynamic"), 0),
         # the function row's smaller last batch recompiles once: proof the log reaches stderr
         ("function", 5, ("l0", "aic", "kernels"), 1)]
 ENV = {"TORCHINDUCTOR_CACHE_DIR": "inductor_cache", "TORCH_LOGS": "recompiles"}

@@ -36,13 +36,17 @@ def option_sets(shape: str) -> tuple[str, ...]:
     """The row's option sets: all but one of l0 / aic, taking turns down the rows; in the full
     matrix (not the legs') every third row also runs the sampled operator tier, and the next
     one task_memory on the step tier; every third row (legs too) runs task_memory with the
-    operator tier (Kineto's memory profiling differs between torch releases)."""
+    operator tier (Kineto's memory profiling differs between torch releases), and every third
+    (legs too) dynamic mode with a trigger firing all through the run (Kineto started and
+    stopped mid-run)."""
     index = [row[0] for row in ROWS].index(shape)
     skipped = ("aic", "l0")[index % 2]
     sets = tuple(s for s in DEFAULT_SETS if s != skipped)
     full = {"l0", "l1", "aic"} <= set(DEFAULT_SETS)
     if index % 3 == 0 and full:
         sets += ("sampled",)
+    if index % 3 == 0 and "l1" in DEFAULT_SETS:  # captures starting and ending mid-run
+        sets += ("dynamic",)
     if index % 3 == 1 and "l1" in DEFAULT_SETS:
         sets += ("memory",)
     if index % 3 == 2 and full:
