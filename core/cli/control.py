@@ -107,6 +107,8 @@ def _jobs_under(path: Path) -> list[Path]:
         names = sorted(os.listdir(path))
     except FileNotFoundError:
         raise Refused(f"{path} does not exist") from None
+    except PermissionError:
+        raise Refused(f"cannot read {path} (permission denied): only the job's user can control it") from None
     return [path / n for n in names if profdir.PROF_RE.match(n) and (path / n / control.FOLDER).is_dir()]
 
 
@@ -155,14 +157,19 @@ def _live(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [s for s in states if control.live(s) and not s.get("ended")]
 
 
+def _who_is(status: dict[str, Any]) -> str:
+    rank = status.get("rank")
+    return f"rank {rank}" if isinstance(rank, int) else f"process {status.get('pid')}"
+
+
 def _busy(states: list[dict[str, Any]]) -> str | None:
     for status in _live(states):
         for key, what in (("capture", "is running"), ("pending", "is about to start")):
             if status.get(key):
                 c = status[key]
-                return f"capture {c['id']} {what} on rank {status.get('rank')} (`jobprof stop` ends it)"
+                return f"capture {c['id']} {what} on {_who_is(status)} (`jobprof stop` ends it)"
         if status.get("finishing"):
-            return (f"the last capture is still being written by rank {status.get('rank')}; try again "
+            return (f"the last capture is still being written by {_who_is(status)}; try again "
                     "in a moment")
     return None
 
@@ -213,7 +220,7 @@ def _start(args: argparse.Namespace) -> int:
         iterations = args.iterations or DEFAULT_ITERATIONS
     unknown = [s for s in live if not s.get("rate")]
     if unknown and not args.at:
-        raise Refused(f"rank {unknown[0].get('rank')} has not run enough iterations for its rate to be "
+        raise Refused(f"{_who_is(unknown[0])} has not run enough iterations for its rate to be "
                       "known (3); try again in a moment, or name the first iteration with --at")
     earliest = control.agreed_iteration(live)
     if earliest is None:
@@ -275,7 +282,7 @@ def _wait(job: Path, number: int, ranks: int, timeout_s: float = 3600.0) -> int:
             for status in sorted(done, key=lambda s: str(s.get("rank"))):
                 entry = next((c for c in status.get("captures", []) if c["id"] == number), None)
                 what = f"iterations {entry['first']}-{entry['last']}" if entry else "not captured"
-                print(printable(f"  rank {status.get('rank')}: {what}"))
+                print(printable(f"  {_who_is(status)}: {what}"))
             return 0
         time.sleep(0.2)
     print(f"jobprof start: gave up waiting for capture {number} after {timeout_s:g} s", file=sys.stderr)

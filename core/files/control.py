@@ -270,7 +270,8 @@ def agreed_iteration(states: Iterable[Mapping[str, Any]], now: float | None = No
         rate = max(rate, r)
     if furthest is None:
         return None
-    return math.ceil(furthest) + math.ceil(rate * lead_s) + LEAD_ITERATIONS
+    # rounded first: 100 + 50 * 0.2 is 110.00000000000001 in floats, not iteration 111
+    return math.ceil(round(furthest, 3)) + math.ceil(round(rate * lead_s, 3)) + LEAD_ITERATIONS
 
 
 def next_id(folder: Path) -> int:

@@ -173,6 +173,9 @@ class Controller:
             return
         capture, self.capture = self.capture, None
         if capture is not None:
+            capture.last = min(capture.last, self.index)  # the job's last iteration
+            capture.session.info["capture"].update(last=capture.last, note=(
+                f"{capture.note}; " if capture.note else "") + f"ended with the job ({reason})")
             self._record(capture, "ended with the job")
             try:
                 capture.session.finish(reason)
