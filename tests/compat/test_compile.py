@@ -5,8 +5,9 @@ same test: same losses, same compile counters (printed by the program), no new w
 Each row compiles cold once per option set, the costliest runs of the suite (a minute each on
 2 CPUs), so the sets are split between the two rows instead of repeated: the step tier,
 ``l1``, ``memory`` (l1 with task_memory: Kineto's memory profiling, the module-call recorder)
-and ``dynamic`` (captures begun and ended between compiled steps) on the module row; ``l0``, ``aic`` and ``kernels`` (fusion_op times each C++ kernel: a
-different compile of the same graph) on the function row, the one with a graph break and a
+and ``dynamic`` (captures begun and ended between compiled steps) on the module row; ``l0``,
+``aic`` and ``kernels`` (fusion_op times each C++ kernel: a different compile of the same
+graph) on the function row, the one with a graph break and a
 recompile.  fusion_op is on in every set with task_trace (its default).  Until 2026-12 each row
 ran every set and a separate test ran ``l1`` again for the recompile lines: 16 cold compiles
 where 7 prove the same.

@@ -20,7 +20,8 @@ if distributed:
 rank = int(os.environ.get("RANK", "0"))
 env = os.environ.get
 sync, sleep_ms = int(env("DYN_SYNC", "1")), float(env("DYN_SLEEP_MS", "10"))
-slow_rank, slow_ms, slow_from = int(env("DYN_SLOW_RANK", "-1")), float(env("DYN_SLOW_MS", "0")), int(env("DYN_SLOW_FROM", "0"))
+slow_rank, slow_ms = int(env("DYN_SLOW_RANK", "-1")), float(env("DYN_SLOW_MS", "0"))
+slow_from = int(env("DYN_SLOW_FROM", "0"))
 spike, stop_file, limit = int(env("DYN_SPIKE", "0")), env("DYN_STOP", ""), int(env("DYN_MAX", "3000"))
 
 torch.manual_seed(rank)
@@ -34,7 +35,8 @@ while step < limit:
     loss.backward()
     opt.step()
     total += loss.item()
-    pause = sleep_ms * (5 if step == spike else 1) + (slow_ms if rank == slow_rank and step >= slow_from else 0)
+    pause = sleep_ms * (5 if step == spike else 1)
+    pause += slow_ms if rank == slow_rank and step >= slow_from else 0
     time.sleep(pause / 1000)
     if step % sync == 0:
         flag = torch.tensor([1.0 if rank == 0 and stop_file and os.path.exists(stop_file) else 0.0])
