@@ -35,9 +35,11 @@ def run(args: argparse.Namespace) -> int:
     outcome, composed = configure.prepare(manager, os.environ, text)
     mode = os.environ.get("PROFILING_MODE")
     notes = list(outcome.warnings)
-    if args.options is None and mode != "true":
+    if args.options is None and mode not in ("true", "dynamic"):
         shown = repr(mode) if mode is not None else "unset"
         notes.append(f"PROFILING_MODE is {shown}: a job started now would not be profiled")
+    if outcome.config is not None and outcome.config.get("trigger") and mode != "dynamic":
+        notes.append("trigger works with PROFILING_MODE=dynamic only (docs/dynamic.md)")
     if outcome.config is not None:
         missing = set(configure.uncollected(outcome, composed))
         notes += [f"{k} is on but no installed plugin collects it" for k in sorted(missing)]
