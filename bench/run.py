@@ -3,7 +3,7 @@
     python bench/run.py [--quick] [--only NAME[,NAME...]] [--json out.json]
 
 NAME: startup steps tier hotpath dp mstx ddp hccl-cost optier optier-memory optier-vs-torch
-memory fusion-op export bigop analysis (optier-memory and fusion-op: full runs, or by name)
+memory dynamic fusion-op export bigop analysis (optier-memory and fusion-op: full runs, or by name)
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -28,6 +28,7 @@ import analysis
 import bigop
 import ddp
 import dp
+import dynamic
 import export_rate
 import fusion_op
 import hotpath
@@ -69,7 +70,7 @@ def measured() -> Iterator[dict[str, Any]]:
 
 
 NAMES = ("startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp", "hccl-cost", "optier", "optier-memory",
-         "optier-vs-torch", "memory", "fusion-op", "export", "analysis", "bigop")
+         "optier-vs-torch", "memory", "dynamic", "fusion-op", "export", "analysis", "bigop")
 
 
 def _names(text: str) -> frozenset[str]:
@@ -112,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fusion-steps", type=int, help="fusion-op steps per run (default 60, quick 30)")
     parser.add_argument("--memory-rounds", type=int, help="memory rounds of 7 arms (default 3, quick 1)")
     parser.add_argument("--memory-steps", type=int, help="memory steps per run (default 60, quick 30)")
+    parser.add_argument("--dynamic-rounds", type=int, help="dynamic rounds of 5 arms (default 3, quick 1)")
     parser.add_argument("--ovt-steps", type=int, help="optier-vs-torch steps per run (default 60, quick 30)")
     parser.add_argument("--optier-metrics", action="store_true",
                         help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
@@ -217,6 +219,12 @@ def main(argv: list[str] | None = None) -> int:
                                          ("lm",) if args.quick else memory.WORKLOADS))
             report["memory"] = result
             table += memory.rows(result)
+        if args.only is None or "dynamic" in args.only:
+            with measured() as result:
+                result.update(dynamic.run(args.dynamic_rounds or (1 if args.quick else 3), args.steps))
+            report["dynamic"] = result
+            table += dynamic.rows(result)
+            notes += [f"dynamic: stderr: {s}" for s in result["stderr"]]
         # 4 arms each compiling cold (2.5 minutes even quick): full runs only, or by name
         if (args.only is None and not args.quick) or "fusion-op" in (args.only or ()):
             with measured() as result:

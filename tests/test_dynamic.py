@@ -333,6 +333,24 @@ def test_a_straggling_rank_triggers_one_capture_on_every_rank(tmp_path):
     assert seen[0][0] > 60, seen
 
 
+def test_memory_growing_for_m_iterations_triggers_one_capture(tmp_path):
+    job = Job(tmp_path, {"training_trace": "on", "task_trace": "on", "task_memory": "on", "export": "inline",
+                         "trigger": {"memory_growth": 10, "iterations": 5}},
+              sleep_ms=5, leak_from=60, max=120, stop="")
+    out, err = job.proc.communicate(timeout=300)
+    assert job.proc.returncode == 0, err[-3000:]
+    found = captures(job.out)
+    assert len(found) == 1, (found, err)
+    info = capture_info(found[0])["capture"]
+    assert info["trigger"] == "memory_growth" and "10 iteration ends in a row" in info["reason"], info
+    its = iterations_of(found[0])
+    # the leak starts in iteration 60 (kept after its loss, before its optimizer step ends it
+    # in the next, 61): 10 growths in a row end at iteration 70 at the earliest
+    assert len(its) == 5 and 71 <= its[0] <= 76, (its, info)
+    assert len(files(found[0], "operator_memory")) == 5
+    unprofiled_same(tmp_path, out, sleep_ms=0)
+
+
 # -- a job killed during a capture --------------------------------------------------------------
 def test_a_job_killed_during_a_capture_leaves_exportable_raw_data(tmp_path):
     job = Job(tmp_path, {"training_trace": "on", "task_trace": "on", "export": "off"}, sleep_ms=5)

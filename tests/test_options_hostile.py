@@ -174,6 +174,7 @@ HOSTILE: list[Hostile] = [
 
 #: every key of the composed schema, by the JSON type it takes
 INT_KEYS = ("host_sys_usage_freq", "instr_profiling_freq", "task_trace_every")
+OBJECT_KEYS = ("trigger",)
 STRING_CONFUSIONS: list[Any] = [True, None, 7, 2.5, [], {"on": "on"}]
 INT_CONFUSIONS: list[tuple[str, str]] = [  # (JSON text of the value, what the message says)
     ('"10"', "without quotes"), ("true", "not a boolean"), ("null", "not null"),
@@ -191,6 +192,14 @@ def _type_confusions() -> list[Hostile]:
     keys += ["mstx_domain_include", "mstx_domain_exclude", "kineto_trace", "dp"]  # plugins'
     out = []
     for key in keys:
+        if key in OBJECT_KEYS:
+            for value in [*STRING_CONFUSIONS[:-1], "on"]:
+                kind = "a fractional number" if value == 2.5 else options._json_type(value)
+                out.append(Hostile(f"type-{key}-{json.dumps(value)}", {key: value}, f"$.{key}",
+                                   f"must be an object, not {kind}"))
+            out.append(Hostile(f"type-{key}-unknown", {key: {"on": "on"}}, f"$.{key}.on",
+                               "unknown key; known keys: cooldown_s, iterations"))
+            continue
         if key in INT_KEYS:
             for text, needle in INT_CONFUSIONS:
                 out.append(Hostile(f"type-{key}-{text[:8]}", f'{{"{key}": {text}}}', f"$.{key}",

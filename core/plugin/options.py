@@ -459,14 +459,17 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
     validator_value: Any = error.validator_value
     value, has = instance, True
     if error.validator == "additionalProperties":
-        known = list(schema["properties"])
+        # the options object itself, or an object-valued key (``trigger``): its own keys
+        nested = error.absolute_path and isinstance(error.schema, Mapping)
+        known = list((error.schema if nested else schema)["properties"])
+        where = path if nested else "$"
         out = []
         for extra in sorted(set(instance) - set(known)):
             lowered = {k.lower(): k for k in known}
             close = difflib.get_close_matches(extra.lower(), list(lowered), n=1, cutoff=0.6)
             hint = (f"did you mean \"{lowered[close[0]]}\"?" if close
                     else f"known keys: {', '.join(sorted(known))}")
-            out.append(Problem(f"$.{extra}", f"unknown option key; {hint}",
+            out.append(Problem(f"{where}.{extra}", f"unknown {'key' if nested else 'option key'}; {hint}",
                                instance[extra], True))
         return out
     if list(error.relative_schema_path)[:2] == ["dependentSchemas", "instr_profiling_freq"]:

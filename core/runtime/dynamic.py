@@ -116,6 +116,9 @@ class Controller:
         self._growth = 0
         self._memory_prev = -1
         self._statm: int | None = None
+        #: the controller's own time at iteration ends outside captures, and how many
+        self.own_ns = 0
+        self.own_count = 0
         #: requests written before this process ran are history, not news (an elastic restart)
         self._born = time.time()
 
@@ -139,8 +142,13 @@ class Controller:
         """Every iteration end of the job, on the training thread; never raises."""
         if self._inert:
             return
+        began = time.monotonic_ns()
         try:
             self._on_iteration(iteration)
+            # this controller's own time, outside captures (the bench's idle cost per step)
+            if self.capture is None:
+                self.own_ns += time.monotonic_ns() - began
+                self.own_count += 1
         except Exception as exc:  # the job comes first: dynamic mode ends, the step tier goes on
             self._inert = True
             self.reporter.error(f"dynamic mode stopped: internal error at iteration {iteration.index}: "
@@ -428,6 +436,7 @@ class Controller:
             "finishing": bool(self._ending is not None and self._ending.is_alive()),
             "captures": list(self.history), "refused": list(self.refused),
             "trigger": self.trigger, "options": self.options, "ended": ended,
+            "own_us_per_iteration": round(self.own_ns / self.own_count / 1e3, 3) if self.own_count else None,
         }
         try:
             control.publish(folder, control.rank_name(self._key), status)

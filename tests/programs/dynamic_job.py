@@ -3,7 +3,8 @@
 Alone or under torchrun (gloo).  Every ``DYN_SYNC`` iterations the ranks meet in an
 all_reduce that also carries rank 0's "stop" (the file ``DYN_STOP`` exists), so every rank
 ends after the same iteration.  ``DYN_SLEEP_MS`` per iteration; rank ``DYN_SLOW_RANK`` sleeps
-``DYN_SLOW_MS`` more from iteration ``DYN_SLOW_FROM`` on; iteration ``DYN_SPIKE`` sleeps 5x.
+``DYN_SLOW_MS`` more from iteration ``DYN_SLOW_FROM`` on; iteration ``DYN_SPIKE`` sleeps 5x; from
+iteration ``DYN_LEAK_FROM`` on each iteration keeps 1 MiB more.
 Each rank prints its losses' sum at the end (compared with an unprofiled run)."""
 
 import os
@@ -23,11 +24,12 @@ sync, sleep_ms = int(env("DYN_SYNC", "1")), float(env("DYN_SLEEP_MS", "10"))
 slow_rank, slow_ms = int(env("DYN_SLOW_RANK", "-1")), float(env("DYN_SLOW_MS", "0"))
 slow_from = int(env("DYN_SLOW_FROM", "0"))
 spike, stop_file, limit = int(env("DYN_SPIKE", "0")), env("DYN_STOP", ""), int(env("DYN_MAX", "3000"))
+leak_from = int(env("DYN_LEAK_FROM", "0"))  # from this step on, keep 1 MiB more each step
 
 torch.manual_seed(rank)
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-total, step = 0.0, 0
+total, step, kept = 0.0, 0, []
 while step < limit:
     step += 1
     loss = model(torch.randn(16, 32)).pow(2).mean()
@@ -35,6 +37,8 @@ while step < limit:
     loss.backward()
     opt.step()
     total += loss.item()
+    if leak_from and step >= leak_from:
+        kept.append(torch.ones(1 << 18))
     pause = sleep_ms * (5 if step == spike else 1)
     pause += slow_ms if rank == slow_rank and step >= slow_from else 0
     time.sleep(pause / 1000)
