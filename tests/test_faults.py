@@ -391,6 +391,63 @@ def test_a_render_failure_with_all_raw_lines_saved_does_not_say_they_were_lost(t
     assert "not saved" not in said[0] and "iteration(s) 1-5 not rendered" in said[0], said
 
 
+IMPORT_DEADLOCK = """
+import os, signal, sys, threading, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from jobprof.files import export
+from jobprof.plugin.clock import ClockAnchor
+from jobprof.runtime import sink
+from jobprof.runtime.storage import StorageBudget
+
+device = Path(sys.argv[1], "device_0")
+for sub in ("data", "timeline", "summary"):
+    (device / sub).mkdir(parents=True)
+out = sink.Sink(device, export.DeviceMeta(0, os.getpid(), ClockAnchor.now(), None), [],
+                StorageBudget(device, 1 << 40, max_files=10**9), lambda p, m: None, print)
+
+def flush_raw():  # the sink thread's work, under its lock: an import the main thread is inside
+    import slowmod
+
+out._flush_raw = flush_raw
+
+def handler(signum, frame):  # what the session's SIGTERM path does with the sink
+    began = time.monotonic()
+    out.lock_wait_s = 1.0
+    out.settle()
+    out.close()
+    print("ended", out.stuck, round(time.monotonic() - began, 1), flush=True)
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, handler)
+import slowmod
+"""
+
+SLOWMOD = """
+import os, signal, time, __main__
+__main__.out._wake.set()  # the sink thread takes its lock and imports this module: it waits
+time.sleep(0.5)
+os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside this import
+time.sleep(30)
+"""
+
+
+def test_sigterm_inside_an_import_the_sink_thread_waits_for_ends_the_job(tmp_path: Path) -> None:
+    """CI run 61's hang: SIGTERM's handler ran while the main thread was inside an import
+    (torch's atexit importing tabulate) and waited for the sink's lock, held by the sink thread
+    while it waited for an import only the main thread could finish.  Reproduced with a real
+    import-lock wait: the handler gives up after lock_wait_s, says so (stuck), and returns."""
+    (tmp_path / "slowmod.py").write_text(SLOWMOD)
+    script = tmp_path / "job.py"
+    script.write_text(IMPORT_DEADLOCK)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, env=clean_env())
+    assert done.returncode == 0, done.stderr
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("ended")]
+    _, stuck, seconds = line.split()
+    assert stuck == "True" and 1.0 <= float(seconds) < 3, line
+
+
 # -- smaller ------------------------------------------------------------------------------------
 
 UNCLOSED = """

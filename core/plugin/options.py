@@ -460,8 +460,9 @@ def _explain(error: jsonschema.ValidationError, schema: Mapping[str, Any],
     value, has = instance, True
     if error.validator == "additionalProperties":
         # the options object itself, or an object-valued key (``trigger``): its own keys
-        nested = error.absolute_path and isinstance(error.schema, Mapping)
-        known = list((error.schema if nested else schema)["properties"])
+        own: Any = error.schema
+        nested = bool(error.absolute_path) and isinstance(own, Mapping)
+        known = list((own if nested else schema)["properties"])
         where = path if nested else "$"
         out = []
         for extra in sorted(set(instance) - set(known)):

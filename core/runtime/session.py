@@ -383,6 +383,8 @@ class Session:
             self._hurried = True
             if self.sink is not None:
                 self.sink.hurry(SIGTERM_RENDER_S)
+                # the signal may have cut into an import the sink thread waits for
+                self.sink.lock_wait_s = SINK_WAIT_S
         elif self.sink is not None and mode != "inline":
             # the job ends when it ends: what EXIT_RENDER_S does not render, the exporter does
             # (unless what is left costs less than the exporter's own start-up)
@@ -412,6 +414,11 @@ class Session:
                 reason = (f"{name} (during the exit-time export)" if reason == "exit"
                           else f"{reason}; then {name} during the exit-time export")
             sink = self.sink
+            if sink.stuck:
+                self.reporter.warning(
+                    f"the exporting thread was waiting for an import that {reason} interrupted; "
+                    f"after {sink.lock_wait_s:g} s jobprof went on without it: iterations after the "
+                    "last one on disk are lost")
             for note, iterations in sink.notes.items():  # one line per kind, not per iteration
                 self.reporter.warning(f"{note}: iteration(s) {', '.join(ranges(iterations))}")
             handed = None
@@ -696,6 +703,8 @@ class Session:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+#: how long a process going away waits for a sink thread that may wait for it (Sink.lock_wait_s)
+SINK_WAIT_S = 1.0
 #: the end_reason of a dynamic-mode capture that ran its iterations (or was stopped)
 CAPTURE_END = "capture end"
 #: how long the session's end waits for a training thread that still runs to stop Kineto

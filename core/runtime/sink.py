@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import gc
+import sys
 import threading
 import time
 from collections import deque
@@ -71,6 +72,15 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if paused:
             gc.enable()
+
+
+def _importing(frame: Any) -> bool:
+    """Is this stack inside Python's import machinery (an import not yet finished)?"""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class Sink:
@@ -123,6 +133,13 @@ class Sink:
         self.finish_within_s = 0.0
         self.export_seconds = 0.0
         self.failed = False
+        #: set when the process is going away (SIGTERM): if the signal interrupted the main
+        #: thread inside an import while this thread, holding the work lock, is importing too
+        #: (it may wait for that very import: both then waited for ever), the lock is waited
+        #: for this long at most (s); otherwise, as long as the work takes
+        self.lock_wait_s: float | None = None
+        #: the lock was not had within lock_wait_s: what this thread held was left unsaved
+        self.stuck = False
         self._reserve = device_dir / "data" / RESERVE_NAME
         try:
             with fsio.create(self._reserve, root=device_dir.parent, binary=True) as handle:
@@ -152,14 +169,53 @@ class Sink:
         if self.deadline is None or deadline < self.deadline:
             self.deadline = deadline
 
+    @contextlib.contextmanager
+    def _working(self) -> Iterator[bool]:
+        """The work lock (yields whether it was had: see :attr:`lock_wait_s`)."""
+        got = self._work_lock.acquire(timeout=-1) if self.lock_wait_s is None else self._wait(
+            lambda timeout: self._work_lock.acquire(timeout=timeout))
+        if not got:
+            self.stuck = True
+        try:
+            yield got
+        finally:
+            if got:
+                self._work_lock.release()
+
+    def _wait(self, attempt: Callable[[float], bool]) -> bool:
+        """Try ``attempt(timeout)`` until it succeeds, or until both threads have been inside
+        an import for :attr:`lock_wait_s` (see there)."""
+        assert self.lock_wait_s is not None
+        risky_since = None
+        while not attempt(0.05):
+            theirs = sys._current_frames().get(self._thread.ident or 0)
+            if not (_importing(sys._getframe()) and _importing(theirs)):
+                risky_since = None
+            elif self.stuck:  # found so once already: not again for every step of the end
+                return False
+            elif risky_since is None:
+                risky_since = time.monotonic()
+            elif time.monotonic() - risky_since > self.lock_wait_s:
+                return False
+        return True
+
+    def _joined(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def close(self) -> None:
         """Stop the thread, write every queued iteration and render every one not yet rendered
         (until :attr:`deadline`; the rest goes to :attr:`unrendered`)."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
-            self._thread.join(30)
-        with self._work_lock, _collector_paused():
+            if self.lock_wait_s is None:
+                self._thread.join(30)
+            else:
+                self._wait(self._joined)
+        with self._working() as got, _collector_paused():
+            if not got:  # the thread is blocked holding it: leave its files as they are
+                return
             self._flush_raw()
             self._export_pending(throttle=False)
             if self._todo and self.exported and self.deadline is not None and self.finish_within_s:
@@ -207,8 +263,8 @@ class Sink:
 
     def settle(self) -> None:
         """Build every deferred record list now (at exit, before the plugins' session_end)."""
-        with self._work_lock:
-            for index, streams, _ in list(self._queued):
+        with self._working() as got:
+            for index, streams, _ in list(self._queued) if got else ():
                 self._resolve(index, streams)
 
     def _resolve(self, index: int, streams: Mapping[str, Any]) -> None:
