@@ -84,7 +84,7 @@ def run(rounds: int, steps: int = 200) -> dict[str, Any]:
                         raise HarnessError(f"{name}: no status file under {output} (dynamic mode "
                                            "did not run)")
                     own[name].append(value)
-        latency = _latency(work, steps=max(steps, 400))
+        latency = _latency(work, steps=3000)  # ~10 s at this example's 4 ms steps
     base = statistics.median(per_arm["unprofiled"])
     true_tier = statistics.median(per_arm["true, step tier"])
     return {"rounds": rounds, "steps": steps, "arms": list(ARMS),

@@ -383,8 +383,8 @@ def test_the_agreed_iteration_leaves_every_rank_time_to_see_the_request():
     states = [{"iteration": 100, "rate": 50.0, "time": now - 0.2},
               {"iteration": 98, "rate": 40.0, "time": now},
               {"iteration": 500, "rate": 50.0, "time": now - 3600}]  # gone: left out
-    # the furthest rank projected to now (110), 0.6 s at the fastest rate (30), 3 more
-    assert control.agreed_iteration(states, now) == 110 + 30 + 3
+    # the furthest rank projected to now (110), 0.4 s at the fastest rate (20), 3 more
+    assert control.agreed_iteration(states, now) == 110 + 20 + 3
     assert control.agreed_iteration(states[2:], now) is None
 
 

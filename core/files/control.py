@@ -49,7 +49,7 @@ STATUS_S = 1.0
 STALE_S = 15.0
 #: lead time of an agreed iteration: every rank must poll (POLL_S), read and prepare the
 #: capture's plugins (tens of ms) before the iteration before it ends
-LEAD_S = 0.6
+LEAD_S = 0.4
 #: iterations added to the lead in any case (ranks of a synchronous job differ by one)
 LEAD_ITERATIONS = 3
 MAX_BYTES = 64 * 1024
