@@ -121,7 +121,10 @@ def jobprof_configure(config: Config) -> bool | None:
 
 @hookspec
 def jobprof_session_start(session: PluginSession) -> None:
-    """Install collectors.  Called once, when the profiled program has imported torch.
+    """Install collectors.  Called once, when the profiled program has imported torch; in
+    dynamic mode (``PROFILING_MODE=dynamic``) once per capture instead, at an iteration boundary
+    in the middle of the run, with a session of its own (its ``jobprof_session_end`` follows
+    at the capture's end): collectors must work on objects the program made before.
 
     ``session.config`` holds the options; keep per-run state on the session with
     ``session.attach(name, obj)`` (plugins hold no global state).  Collectors must never raise
