@@ -315,7 +315,10 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     info = profile.info(r["device"])
     recorded = info.get("jobprof")
     job: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
-    low, high = profile.selection.iterations or (1, OPEN)
+    # a dynamic-mode capture begins where it was asked to, not at iteration 1
+    capture = job.get("capture")
+    first = capture.get("first") if isinstance(capture, dict) else None
+    low, high = profile.selection.iterations or (first if isinstance(first, int) else 1, OPEN)
     notes = []
     aged = _recorded(job.get("aged"), low, high)
     absent = [(low, indices[0] - 1)] if indices and indices[0] > low else []

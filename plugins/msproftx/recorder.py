@@ -378,9 +378,10 @@ class Recorder:
                                          native.get(ident) or ident, start))
         return sorted(out, key=lambda o: o.start_ns)
 
-    def exit_notes(self) -> Iterable[str]:
-        """Warnings for the end of the session: open ranges first, then anything ignored."""
-        still = self.still_open()
+    def exit_notes(self, open_ranges: bool = True) -> Iterable[str]:
+        """Warnings for the end of the session: open ranges first (unless not ``open_ranges``),
+        then anything ignored."""
+        still = self.still_open() if open_ranges else []
         if still:
             ranges = sum(o.kind == "range" for o in still)
             blocks = sum(o.kind == "block" for o in still)
