@@ -94,10 +94,24 @@ def _from_pid(pid: int) -> Path:
         raise Refused(f"process {pid} does not run in dynamic mode (PROFILING_MODE="
                       f"{env.get(b'PROFILING_MODE', b'unset').decode(errors='replace')!r})")
     named = env.get(profdir.JOB_ENV.encode())
-    if not named:
-        raise Refused(f"process {pid} has not started profiling yet (no {profdir.JOB_ENV} in its "
-                      "environment)")
-    return Path(os.fsdecode(named))
+    if named:  # a rank started by a launcher that named the job
+        return Path(os.fsdecode(named))
+    # the process named its job itself, after it started: the folder whose status it writes
+    # (or one of its ranks, for a launcher), under the output its options name
+    try:
+        given = json.loads(env.get(b"PROFILING_OPTIONS", b"") or b"{}")
+        output = Path(os.readlink(f"/proc/{pid}/cwd"), given.get("output") or ".")
+    except (ValueError, OSError, AttributeError):
+        raise Refused(f"cannot tell the output folder of process {pid} from its PROFILING_OPTIONS") from None
+    for job in reversed(_jobs_under(output)):
+        try:
+            states = _states(job)
+        except Refused:
+            continue
+        if any(pid in (s.get("pid"), s.get("ppid")) for s in states):
+            return job
+    raise Refused(f"process {pid} has no status under {output} yet (a job writes it at its first "
+                  "iteration end)")
 
 
 def _jobs_under(path: Path) -> list[Path]:

@@ -428,7 +428,7 @@ class Controller:
         median = self._median_ns()
         status = {
             "key": self._key, "rank": self._rank.get("rank_id", "N/A"), "world": self._world(),
-            "pid": os.getpid(), "host": socket.gethostname(), "version": __version__,
+            "pid": os.getpid(), "ppid": os.getppid(), "host": socket.gethostname(), "version": __version__,
             "job": self.base.job_dir.name, "iteration": self.index, "time": time.time(),
             "rate": round(1e9 / median, 3) if median else 0.0,
             "median_ms": round(median / 1e6, 3) if median else None,

@@ -4,7 +4,8 @@ Alone or under torchrun (gloo).  Every ``DYN_SYNC`` iterations the ranks meet in
 all_reduce that also carries rank 0's "stop" (the file ``DYN_STOP`` exists), so every rank
 ends after the same iteration.  ``DYN_SLEEP_MS`` per iteration; rank ``DYN_SLOW_RANK`` sleeps
 ``DYN_SLOW_MS`` more from iteration ``DYN_SLOW_FROM`` on; iteration ``DYN_SPIKE`` sleeps 5x; from
-iteration ``DYN_LEAK_FROM`` on each iteration keeps 1 MiB more.
+iteration ``DYN_LEAK_FROM`` on each iteration keeps 1 MiB more; ``DYN_DDP`` wraps the model in
+DistributedDataParallel.
 Each rank prints its losses' sum at the end (compared with an unprofiled run)."""
 
 import os
@@ -28,6 +29,8 @@ leak_from = int(env("DYN_LEAK_FROM", "0"))  # from this step on, keep 1 MiB more
 
 torch.manual_seed(rank)
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
+if distributed and env("DYN_DDP"):  # gradients all-reduced by DDP's buckets every iteration
+    model = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 total, step, kept = 0.0, 0, []
 while step < limit:
