@@ -32,14 +32,15 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from jobprof.files import fsio
 
+_T = TypeVar("_T")
 FOLDER = "control"
 #: how often a rank looks for requests (seconds, at an iteration end)
 POLL_S = 0.1
@@ -81,16 +82,11 @@ class Request:
 
     @classmethod
     def from_json(cls, data: Any) -> Request:
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        try:
-            request = cls(id=_int(data["id"]), at=_int(data["at"]), iterations=_int(data["iterations"]),
-                          options=dict(data.get("options") or {}), prof_dir=str(data["prof_dir"]),
-                          trigger=str(data.get("trigger", "manual")),
-                          reason=str(data.get("reason", ""))[:500],
-                          by=str(data.get("by", ""))[:200], created=float(data.get("created", 0)))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"missing or malformed key {exc}") from None
+        request = _built(data, lambda d: cls(
+            id=_int(d["id"]), at=_int(d["at"]), iterations=_int(d["iterations"]),
+            options=_object(d.get("options") or {}), prof_dir=str(d["prof_dir"]),
+            trigger=str(d.get("trigger", "manual")), reason=str(d.get("reason", ""))[:500],
+            by=str(d.get("by", ""))[:200], created=float(d.get("created", 0))))
         if request.at < 1 or request.iterations < 1 or request.id < 1:
             raise ValueError("id, at and iterations must be positive")
         return request
@@ -111,13 +107,24 @@ class Stop:
 
     @classmethod
     def from_json(cls, data: Any) -> Stop:
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        try:
-            return cls(id=_int(data["id"]), at=_int(data["at"]), by=str(data.get("by", ""))[:200],
-                       created=float(data.get("created", 0)))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"missing or malformed key {exc}") from None
+        return _built(data, lambda d: cls(id=_int(d["id"]), at=_int(d["at"]), by=str(d.get("by", ""))[:200],
+                                          created=float(d.get("created", 0))))
+
+
+def _built(data: Any, build: Callable[[dict[str, Any]], _T]) -> _T:
+    """``build(data)`` for a JSON object; ValueError naming what is missing or malformed."""
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    try:
+        return build(data)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"missing or malformed key {exc}") from None
+
+
+def _object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"options {value!r}")
+    return value
 
 
 def _int(value: Any) -> int:
@@ -143,20 +150,25 @@ def make(prof_dir: Path) -> Path:
 
 def check_folder(folder: Path, uid: int | None = None) -> os.stat_result:
     """The folder's status if it is the job's own: a real folder of ``uid`` closed to others."""
-    uid = os.geteuid() if uid is None else uid
     info = os.lstat(folder)
-    if not stat.S_ISDIR(info.st_mode):
-        raise Untrusted(f"{folder} is {fsio.describe(info.st_mode)}, not a folder")
-    if info.st_uid != uid:
-        raise Untrusted(f"{folder} belongs to uid {info.st_uid}, not to the job's uid {uid}")
-    if info.st_mode & 0o077:
-        raise Untrusted(f"{folder} is open to other users (mode {stat.S_IMODE(info.st_mode):o})")
+    _owned(folder, info, stat.S_ISDIR, "a folder", uid, 0o077, "open to other users")
     return info
+
+
+def _owned(path: Path, info: os.stat_result, kind: Callable[[int], bool], named: str, uid: int | None,
+           forbidden: int, says: str) -> None:
+    """Untrusted unless ``path`` is of ``kind``, belongs to ``uid`` and has no ``forbidden`` bit."""
+    uid = os.geteuid() if uid is None else uid
+    if not kind(info.st_mode):
+        raise Untrusted(f"{path} is {fsio.describe(info.st_mode)}, not {named}")
+    if info.st_uid != uid:
+        raise Untrusted(f"{path} belongs to uid {info.st_uid}, not to the job's uid {uid}")
+    if info.st_mode & forbidden:
+        raise Untrusted(f"{path} is {says} (mode {stat.S_IMODE(info.st_mode):o})")
 
 
 def read_trusted(path: Path, uid: int | None = None) -> Any:
     """The JSON in ``path`` if it is a regular file of ``uid`` that only its owner may write."""
-    uid = os.geteuid() if uid is None else uid
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
@@ -164,13 +176,7 @@ def read_trusted(path: Path, uid: int | None = None) -> Any:
             raise Untrusted(f"{path} is a symbolic link") from None
         raise exc
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise Untrusted(f"{path} is {fsio.describe(info.st_mode)}, not a regular file")
-        if info.st_uid != uid:
-            raise Untrusted(f"{path} belongs to uid {info.st_uid}, not to the job's uid {uid}")
-        if info.st_mode & 0o022:
-            raise Untrusted(f"{path} is writable by other users (mode {stat.S_IMODE(info.st_mode):o})")
+        _owned(path, os.fstat(fd), stat.S_ISREG, "a regular file", uid, 0o022, "writable by other users")
         blob = handle.read(MAX_BYTES + 1)
     if len(blob) > MAX_BYTES:
         raise Untrusted(f"{path} is larger than {MAX_BYTES} bytes")
