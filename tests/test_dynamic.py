@@ -367,7 +367,8 @@ def test_memory_growing_for_m_iterations_triggers_one_capture(tmp_path):
 
 
 # -- a job killed during a capture --------------------------------------------------------------
-def test_a_job_killed_during_a_capture_leaves_exportable_raw_data(tmp_path):
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_job_killed_during_a_capture_leaves_exportable_raw_data(tmp_path, how):
     job = Job(tmp_path, {"training_trace": "on", "task_trace": "on", "export": "off"}, sleep_ms=5)
     try:
         job.wait_for(20)
@@ -378,12 +379,19 @@ def test_a_job_killed_during_a_capture_leaves_exportable_raw_data(tmp_path):
             if found and (status.get("capture") or {}).get("first", 10**9) + 5 < status["iteration"]:
                 break
             time.sleep(0.2)
-        job.proc.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        job.proc.send_signal(how)
         job.proc.communicate(timeout=60)
+        ended = time.monotonic()
     finally:
         if job.proc.poll() is None:
             job.proc.kill()
     [capture] = captures(job.out)
+    assert job.proc.returncode == -how  # it died of the signal, as unprofiled
+    if how == signal.SIGTERM:  # the capture ends with the job: promptly, and says so
+        assert ended - killed < 5, ended - killed
+        info = capture_info(capture)
+        assert info["end_reason"] == "SIGTERM" and "ended with the job (SIGTERM)" in info["capture"]["note"]
     done = jobprof_cli("export", str(capture))
     assert done.returncode == 0, done.stderr
     steps, ops = files(capture, "step_trace"), files(capture, "op_summary")

@@ -306,18 +306,27 @@ def test_report_of_40_ranks_in_chromium(browser: Any, tmp_path: Path) -> None:
 
 def replicate(model: dict[str, Any], n: int, straggler: int, slower: float = 1.4) -> dict[str, Any]:
     """``model``'s ranks copied to ``n`` ranks (rank r is a copy of rank r % len), ``straggler``'s
-    compute made ``slower``; the cross-rank comparison and the findings computed again."""
+    compute made ``slower`` than the busiest real rank's; the cross-rank comparison and the
+    findings computed again."""
     base = model["ranks"]
     out = copy.deepcopy(model)
     out["ranks"], out["iterations"] = [], []
     rows_by_rank: dict[int, list[dict[str, Any]]] = {}
+
+    def busy(row: dict[str, Any]) -> float:
+        return row["iteration_ms"] - (row["communication_not_overlapped_ms"] or 0.0)
+
+    # the straggler's busy time is ``slower`` x the busiest real rank's in every iteration: on a
+    # loaded machine one real rank's iteration can outrun the other's by more than 1.4x
+    peak: dict[int, float] = {}
+    for row in model["iterations"]:
+        peak[row["iteration"]] = max(peak.get(row["iteration"], 0.0), busy(row))
     for r in range(n):
         src = base[r % len(base)]
-        f = slower if r == straggler else 1.0
         rows = []
         for row in model["iterations"]:
             if row["rank"] == src["rank"]:
-                extra = (f - 1) * (row["forward_backward_ms"] or 0.0)
+                extra = slower * peak[row["iteration"]] - busy(row) if r == straggler else 0.0
                 rows.append(dict(row, rank=r, device=r, iteration_ms=row["iteration_ms"] + extra,
                                  forward_backward_ms=(row["forward_backward_ms"] or 0.0) + extra))
         rows_by_rank[r] = rows

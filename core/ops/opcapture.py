@@ -186,7 +186,9 @@ class OpCapture:
         #: run the C++ exit handlers (:mod:`jobprof.ops.atfork`)
         self.kineto_started = False
         self.error = ""
-        self._lock = threading.Lock()
+        # reentrant: SIGTERM's handler ends the session on the training thread, which it may
+        # have interrupted inside cut() (a capture of dynamic mode hung there, holding it)
+        self._lock = threading.RLock()
         self._restore_yield: Callable[[], None] | None = None
         # tracked from the session's start: a block opened before the capture starts is
         # still open at its first cut

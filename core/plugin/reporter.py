@@ -76,7 +76,8 @@ class Reporter:
     def __init__(self, stream=None) -> None:
         self._stream = stream
         self._seen: set[str] = set()
-        self._lock = threading.Lock()
+        # reentrant: SIGTERM's handler reports on the thread it interrupted, maybe in here
+        self._lock = threading.RLock()
         self.messages: list[str] = []
 
     def _emit(self, level: str, text: str) -> None:

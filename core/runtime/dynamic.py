@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 WINDOW = 51
 #: how long the job's end waits for a capture that is finishing on its helper thread (s)
 FINISH_WAIT_S = 10.0
+#: ... and when it goes away at once (SIGTERM): the capture's rendering is cut short too
+HURRIED_WAIT_S = 1.0
 #: the controller's own time per iteration is counted from this iteration on
 OWN_TIME_FROM = 10
 #: the step-tier option keys the job's own session keeps in dynamic mode
@@ -99,6 +101,7 @@ class Controller:
         self._armed: Pending | None = None
         self.capture: Active | None = None
         self._ending: threading.Thread | None = None
+        self._finishing: Session | None = None  # the capture that thread finishes
         self.seen = 0  # the highest request id looked at
         self._stops: set[int] = set()
         self.history: deque[dict[str, Any]] = deque(maxlen=20)
@@ -193,9 +196,14 @@ class Controller:
                 capture.session.finish(reason)
             except Exception as exc:
                 self.reporter.warning(f"capture {capture.request.id} could not be finished: {exc!r}")
-        ending = self._ending
-        if ending is not None:
-            ending.join(FINISH_WAIT_S)
+        ending, finishing = self._ending, self._finishing
+        if ending is not None and ending.is_alive():
+            # a process going away (SIGTERM, os._exit, exec) does not wait for a capture's
+            # rendering: it is cut short, its raw data is on disk (`jobprof export` renders it)
+            hurried = reason == "SIGTERM" or reason == "exec" or reason.startswith("os._exit(")
+            if hurried and finishing is not None and finishing.sink is not None:
+                finishing.sink.hurry(0)
+            ending.join(HURRIED_WAIT_S if hurried else FINISH_WAIT_S)
         self._write_status(ended=reason)
         self._inert = True
 
@@ -361,6 +369,7 @@ class Controller:
         self._record(capture, "finished")
         self._last_fire = max(self._last_fire, time.monotonic()) if capture.request.trigger != "manual" \
             else self._last_fire
+        self._finishing = capture.session
         thread = self._ending = threading.Thread(target=self._finish_capture, args=(capture.session,),
                                                  name="jobprof-capture-end", daemon=True)
         thread.start()

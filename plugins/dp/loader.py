@@ -61,7 +61,7 @@ class LoaderCollector:
         self._worker_pids: set[int] = set()  # every worker our iterators started
         self._workers: dict[int, int] = {}  # loader index -> most workers any of its iterators had
         self._receiver: Receiver | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a SIGTERM handler may end the session in here
         self._restore: list[tuple[Any, str, Any]] = []
         self.dropped: dict[int, int] = {}  # worker pid -> records lost on the way
         self.overflow = 0  # batches not kept: MAX_PENDING were waiting

@@ -52,7 +52,7 @@ class GraphCapture:
     """The graphs of this process: pending (seen, not read yet) and known (read)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a SIGTERM handler may end the session in here
         self._pending: list[tuple[str | None, str, str, str, tuple[int, ...], str | None]] = []
         self._known: list[dict[str, Any]] = []
         self._names: dict[str, str] = {}  # compile id -> frame qualname (backward graphs have none)

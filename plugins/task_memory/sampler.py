@@ -45,7 +45,7 @@ class MemorySampler:
     def __init__(self, torch: Any) -> None:
         self._torch = torch
         self._samples: deque[tuple[int, int, int, int | None, int | None, int | None]] = deque(maxlen=KEEP)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a SIGTERM handler may end the session in here
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         try:
             self._statm = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
