@@ -188,12 +188,13 @@ def _busy(states: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def _who() -> str:
+def _who(command: str) -> str:
+    """Who asked: the command, user, host and pid (a request's ``by``)."""
     try:
         user = getpass.getuser()
     except Exception:
         user = f"uid {os.geteuid()}"
-    return f"jobprof start ({user}@{socket.gethostname()}, pid {os.getpid()})"
+    return f"jobprof {command} ({user}@{socket.gethostname()}, pid {os.getpid()})"
 
 
 # -- commands ----------------------------------------------------------------------------------
@@ -252,7 +253,7 @@ def _start(args: argparse.Namespace) -> int:
         number = control.next_id(folder)
         request = {"id": number, "at": at, "iterations": iterations, "options": given,
                    "prof_dir": name.name, "trigger": "manual", "reason": "asked with jobprof start",
-                   "by": _who(), "created": time.time()}
+                   "by": _who("start"), "created": time.time()}
         try:
             if control.publish(folder, control.request_name("start", number), request, exclusive=True):
                 break
@@ -315,7 +316,7 @@ def run_stop(args: argparse.Namespace) -> int:
         earliest = control.agreed_iteration(live) or 1
         at = max(args.at or earliest, earliest)
         folder = control.folder_of(job)
-        stop = {"id": number, "at": at, "by": _who().replace("start", "stop", 1), "created": time.time()}
+        stop = {"id": number, "at": at, "by": _who("stop"), "created": time.time()}
         try:
             control.publish(folder, control.request_name("stop", number), stop, exclusive=True)
         except PermissionError:

@@ -98,7 +98,7 @@ class Controller:
         self.torch: Any = None
         self.pending: Pending | None = None
         #: a capture session prepared ahead for the job's own options (triggers on)
-        self._armed: Pending | None = None
+        self._armed: Session | None = None
         self.capture: Active | None = None
         self._ending: threading.Thread | None = None
         self._finishing: Session | None = None  # the capture that thread finishes
@@ -240,9 +240,7 @@ class Controller:
     def _read(self, path: Path, kind: Any) -> Any:
         try:
             return kind.from_json(control.read_trusted(path, self.uid))
-        except Untrusted as exc:
-            self._refuse(f"{path.name} refused: {exc}")
-        except ValueError as exc:
+        except (Untrusted, ValueError) as exc:
             self._refuse(f"{path.name} refused: {exc}")
         except OSError as exc:
             self._refuse(f"{path.name} could not be read: {exc.strerror or exc}")
@@ -263,11 +261,11 @@ class Controller:
                          f"({busy.request.trigger}) is running")
             return
         armed = self._armed
-        if not request.options and armed is not None and armed.done.is_set() and armed.session is not None:
+        if not request.options and armed is not None:
             self._armed = None  # prepared ahead for the job's own options (a trigger's)
             try:
-                self._label(armed.session, request)
-                self.pending = Pending(request, armed.session)
+                self._label(armed, request)
+                self.pending = Pending(request, armed)
                 self.pending.done.set()
             except ValueError as exc:
                 self._refuse(f"capture {request.id} refused: {exc}")
@@ -292,13 +290,10 @@ class Controller:
     def _arm(self) -> None:
         """With triggers on: prepare the next triggered capture's session now (helper thread),
         so that it starts at the boundary after its trigger fired."""
-        armed = Pending(Request(0, 1, 1, {}, "", "", "", "", 0.0))
         try:
-            armed.session = self._build({})
-        except Exception as exc:
-            armed.error = repr(exc)
-        armed.done.set()
-        self._armed = armed
+            self._armed = self._build({})
+        except Exception:  # the capture it would have served prepares itself (and says why not)
+            self._armed = None
 
     def _build(self, overrides: Mapping[str, Any]) -> Session:
         """A capture session: the job's options under ``overrides`` (ValueError: invalid)."""
@@ -367,8 +362,8 @@ class Controller:
         capture.session.info["capture"]["last"] = index
         capture.session.end_capture()
         self._record(capture, "finished")
-        self._last_fire = max(self._last_fire, time.monotonic()) if capture.request.trigger != "manual" \
-            else self._last_fire
+        if capture.request.trigger != "manual":  # the cool-down runs from a triggered capture's end
+            self._last_fire = time.monotonic()
         self._finishing = capture.session
         thread = self._ending = threading.Thread(target=self._finish_capture, args=(capture.session,),
                                                  name="jobprof-capture-end", daemon=True)
