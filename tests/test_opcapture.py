@@ -209,3 +209,56 @@ def test_a_broken_operator_capture_is_said_once_and_listed_as_missing(runner: Ru
     assert summary.returncode == 0, summary.stderr
     missing = summary.stdout.split("\nMissing\n", 1)[1]
     assert f"operator capture was disabled from iteration {disabled['iteration']} on every rank" in missing
+
+
+BREAKS_AT_EXIT = """
+import glob, os, shutil, sys, threading, time
+import torch
+from torch import nn
+from jobprof.runtime import sink as sink_module
+
+slow, inside = threading.Event(), threading.Event()
+original = sink_module.Sink._flush_raw
+
+
+def flush_raw(self):
+    # the exporting thread is mid-flush as the program returns (a loaded machine's timing)
+    if slow.is_set() and threading.current_thread().name == "jobprof-sink":
+        inside.set()
+        time.sleep(0.5)
+    return original(self)
+
+
+sink_module.Sink._flush_raw = flush_raw
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(10):
+    opt.zero_grad()
+    model(torch.randn(8, 16)).sum().backward()
+    if i == 9:  # the last iteration's window cannot be saved, found by that flush
+        time.sleep(0.3)
+        slow.set()
+        inside.wait(10)
+        [kineto] = glob.glob(os.path.join(sys.argv[1], "PROF_*", "device_0", "data", "kineto"))
+        shutil.rmtree(kineto)
+        open(kineto, "w").close()
+    opt.step()
+print("DONE")
+"""
+
+
+def test_a_capture_broken_while_the_job_ends_does_not_hang_it(runner: Runner) -> None:
+    """The exporting thread finds the broken capture while the training thread ends the session
+    (CI run 72, 2.14.1 leg: the job hung after its last line): the failure is said once, the job
+    ends, the step tier has every iteration.  It hung for ever when the failure took the
+    session's lock, which the ending thread held while it waited for the exporting thread."""
+    proc = runner.run(BREAKS_AT_EXIT, {"task_trace": "on", "training_trace": "on"}, args=[str(runner.out)],
+                      timeout=60)
+    assert "DONE" in proc.stdout
+    stopped = [line for line in proc.stderr.splitlines() if "operator capture stopped" in line]
+    assert len(stopped) == 1 and "iteration 10 " in stopped[0], proc.stderr
+    device = runner.device_dir()
+    assert len(list((device / "summary").glob("step_trace_*.csv"))) == 10
+    [disabled] = json.loads((device / "info.json.0").read_text())["jobprof"]["disabled"]
+    assert disabled["what"] == "operator capture" and disabled["iteration"] == 10

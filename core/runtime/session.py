@@ -100,6 +100,7 @@ class Session:
         #: what stopped working mid-run, said once each and kept in info.json (``disabled``) so
         #: that ``jobprof summary`` lists it: a failed plugin, the operator capture
         self._disabled: dict[str, dict[str, Any]] = {}
+        self._disabled_lock = threading.Lock()
         self._failed_at: dict[str, int | None] = {}
         self._last_index = 0
         #: the operator capture's records failed to build: stop Kineto at the next cut
@@ -606,7 +607,9 @@ class Session:
         """The records of a core stream (the operator capture's) could not be built (sink
         thread): said once, the capture stops at the next cut, the other plugins carry on."""
         what = "operator capture" if stream == OPS_STREAM else f"core stream '{stream}'"
-        with self._lock:
+        # not the session's lock: the training thread holds that through finish() while it
+        # waits for this thread's work (settle, close): both then waited for ever
+        with self._disabled_lock:
             if what in self._disabled:
                 return
             self._disabled[what] = {"what": what, "reason": message, "iteration": index}
