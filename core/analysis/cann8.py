@@ -90,7 +90,8 @@ def assemble(prof: Path, stamp: str | None = None,
             if name in STATISTIC_TABLES:
                 _statistic(devices, out, problems, step)
             else:
-                _concatenate(devices, out, problems, step)
+                _concatenate(devices, out, problems, step,
+                             fill=_op_states if name in OP_STATE_TABLES else None)
             files.update(out.close())
         for name, devices in timelines.items():
             path = stage / f"{name}_{stamp}.json"
@@ -244,8 +245,78 @@ def _number(cell: str) -> float | None:
         return None
 
 
+#: tables with an ``OP State`` column, filled by :func:`_op_states` when assembled
+OP_STATE_TABLES = ("op_summary",)
+OP_STATE, OP_NAME, INPUT_SHAPES = "OP State", "Op Name", "Input Shapes"
+
+
+class _OpStates:
+    """``OP State`` of a device's operators from their shapes over every iteration.
+
+    Ascend compiles an operator for static or dynamic shapes; eager PyTorch compiles nothing,
+    but what the state tells a reader (does this operator meet new shapes from iteration to
+    iteration?) is measurable.  A row is ``static`` when its operator ran with these input
+    shapes in every iteration in which the operator ran at all; ``dynamic`` when some
+    iteration ran the operator without these shapes (a batch or sequence length that varies,
+    a shape seen in the warm-up only); ``N/A`` when the operator ran in one iteration only
+    (nothing to compare) or its shapes were not recorded (``task_trace`` ``l0``).  By name and
+    shapes, not by position, so a call that one iteration adds (the first one's set-up)
+    shifts nothing.  Memory: two counters per distinct (name, shapes), hashed."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        #: iterations in which an operator name / a (name, shapes) pair appears
+        self._names: dict[str, int] = {}
+        self._pairs: dict[int, int] = {}
+        for path in paths:
+            header, rows = _lines(path)
+            if OP_NAME not in header or INPUT_SHAPES not in header:
+                return
+            name_at, shapes_at = header.index(OP_NAME), header.index(INPUT_SHAPES)
+            names, pairs = set(), set()
+            for cells, _ in rows:
+                name, shapes = self._cells(cells, name_at, shapes_at)
+                names.add(name)
+                pairs.add(hash((name, shapes)))
+            for name in names:
+                self._names[name] = self._names.get(name, 0) + 1
+            for pair in pairs:
+                self._pairs[pair] = self._pairs.get(pair, 0) + 1
+
+    @staticmethod
+    def _cells(cells: list[str], name_at: int, shapes_at: int) -> tuple[str, str]:
+        return (cells[name_at] if name_at < len(cells) else "",
+                cells[shapes_at] if shapes_at < len(cells) else NA)
+
+    def state(self, name: str, shapes: str) -> str:
+        runs = self._names.get(name, 0)
+        if runs < 2 or shapes in (NA, ""):
+            return NA
+        return "static" if self._pairs.get(hash((name, shapes)), 0) == runs else "dynamic"
+
+    def fill(self, header: list[str], rows: list[tuple[list[str], str]]) -> list[tuple[list[str], str]]:
+        """The rows of one iteration's file with their ``OP State`` set."""
+        if OP_STATE not in header or OP_NAME not in header or INPUT_SHAPES not in header:
+            return rows
+        state_at = header.index(OP_STATE)
+        name_at, shapes_at = header.index(OP_NAME), header.index(INPUT_SHAPES)
+        out = []
+        for cells, _ in rows:
+            if state_at < len(cells):
+                cells = [*cells[:state_at], self.state(*self._cells(cells, name_at, shapes_at)),
+                         *cells[state_at + 1:]]
+            buffer = io.StringIO()
+            csv.writer(buffer, lineterminator="\n").writerow(cells)
+            out.append((cells, buffer.getvalue()))
+        return out
+
+
+def _op_states(paths: list[Path]) -> _OpStates:
+    return _OpStates(paths)
+
+
 def _concatenate(devices: dict[int, list[Path]], out: _Sliced, problems: list[str],
-                 step: Callable[[int], None]) -> None:
+                 step: Callable[[int], None],
+                 fill: Callable[[list[Path]], _OpStates] | None = None) -> None:
     union = _headers(devices)
     out.start(union)
     column = next((c for c in START_COLUMNS if c in union), None)
@@ -254,9 +325,12 @@ def _concatenate(devices: dict[int, list[Path]], out: _Sliced, problems: list[st
         order = itertools.count()
         last = float("-inf")
         late = 0
+        states = fill(paths) if fill is not None else None
         for path in paths:
             header, rows = _lines(path)
             step(1)
+            if states is not None:
+                rows = states.fill(header, rows)
             same = header == union
             texts = [line if same else _remap(cells, header, union) for cells, line in rows]
             if column is None or column not in header:

@@ -34,6 +34,7 @@ from jobprof.plugin.clock import ClockAnchor
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.values import Config, Iteration
+from jobprof.runtime import deviceinfo
 from jobprof.runtime.sink import SIGTERM_RENDER_S, Sink
 from jobprof.runtime.steps import ModuleCalls, StepDetector
 from jobprof.runtime.storage import RESERVE as STORAGE_RESERVE
@@ -552,9 +553,10 @@ class Session:
 
         assert self.device_id is not None  # claimed (in _go_live) before metadata is written
         cuda = self.device_source == "cuda current device"
-        device = {"id": self.device_id, "type": "CUDA" if cuda else "CPU"}
+        device: dict[str, Any] = {"id": self.device_id, "type": "CUDA" if cuda else "CPU"}
         if cuda:
             device["name"] = torch.cuda.get_device_name(self.device_id)
+        device.update(deviceinfo.cuda_units(torch, self.device_id) if cuda else deviceinfo.cpu_units())
         rank = dict(self._rank)
         return profdir.host_info(self.device_id, {
             "rank_id": rank.pop("rank_id", "N/A"),
