@@ -16,7 +16,8 @@ import pytest
 from conftest import Runner, jobprof_cli
 
 TOOL = os.environ.get("JOBPROF_MSPROF_ANALYZE", "")
-pytestmark = pytest.mark.skipif(not TOOL, reason="JOBPROF_MSPROF_ANALYZE names no msprof-analyze (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(not TOOL, reason="JOBPROF_MSPROF_ANALYZE names no msprof-analyze "
+                                                  "(.ci/run installs it)")
 
 
 def msprof_analyze(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -28,7 +29,8 @@ def advisor_problems(prof_dir: Path, cwd: Path) -> list[str]:
     """`advisor all` in agent mode (JSON on stdout), English: the problems' categories."""
     out = cwd / "advisor"
     out.mkdir()
-    proc = msprof_analyze("advisor", "all", "-d", str(prof_dir), "-o", str(out), "-l", "en", "--agent", cwd=cwd)
+    proc = msprof_analyze("advisor", "all", "-d", str(prof_dir), "-o", str(out), "-l", "en", "--agent",
+                          cwd=cwd)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert answer["status"] == "success", answer
@@ -63,3 +65,88 @@ def test_advisor_finds_dynamic_shapes_only_in_a_job_that_has_them(runner: Runner
     problems = advisor_problems(prof, runner.tmp)
     dynamic = [p for p in problems if "Dynamic Shape" in p]
     assert len(dynamic) == (1 if shapes == "dynamic" else 0), problems
+
+
+SLOW_RANK = """
+import os, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch import nn
+
+def run(rank, port):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range({steps}):
+        if rank == 1:
+            time.sleep({sleep_s})  # rank 1 is late to every iteration's all-reduce: rank 0 waits
+        model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    dist.destroy_process_group()
+
+if __name__ == "__main__":
+    mp.spawn(run, args=(int(sys.argv[1]),), nprocs=2)
+"""
+STEPS, SLEEP_S = 8, 0.04
+
+
+@pytest.fixture(scope="module")
+def per_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-rank DDP job whose rank 1 sleeps 40 ms before each iteration, exported one PROF_ per rank."""
+    from conftest import free_port
+
+    runner = Runner(tmp_path_factory.mktemp("msprof_analyze"))
+    job = SLOW_RANK.replace("{steps}", str(STEPS)).replace("{sleep_s}", str(SLEEP_S))
+    runner.run(job, {"training_trace": "on", "task_trace": "on", "hccl": "on"}, args=[str(free_port())],
+               timeout=300)
+    out = runner.tmp / "ranks"
+    proc = jobprof_cli("export", str(runner.out), "--per-rank", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "2 PROF_ folder(s), one per rank" in proc.stdout, proc.stdout
+    return out
+
+
+def test_cluster_step_time_and_communication_show_the_rank_that_made_the_other_wait(per_rank: Path) -> None:
+    """`cluster -m all` on the per-rank export: two ranks in cluster_step_trace_time.csv; rank 0
+    (which waits at every all-reduce for rank 1) has the uncovered communication, rank 1 (which
+    sleeps) the free time; cluster_communication.json's wait says the same."""
+    out = per_rank.parent / "cluster"
+    proc = msprof_analyze("cluster", "-d", str(per_rank), "-m", "all", "-o", str(out), cwd=per_rank.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = out / "cluster_analysis_output"
+    import csv
+
+    rows = {int(r["Index"]): r for r in csv.DictReader((result / "cluster_step_trace_time.csv").open())}
+    assert sorted(rows) == [0, 1], rows
+    slept_us = (STEPS - 1) * SLEEP_S * 1e6  # the first iteration's wait may hide in set-up
+    uncovered = {r: float(rows[r]["Communication(Not Overlapped)"]) for r in rows}
+    free = {r: float(rows[r]["Free"]) for r in rows}
+    assert uncovered[0] - uncovered[1] > 0.7 * slept_us, rows
+    assert free[1] - free[0] > 0.7 * slept_us, rows
+    communication = json.loads((result / "cluster_communication.json").read_text())
+    [(group, steps)] = communication.items()
+    assert json.loads(group.replace("(", "[").replace(")", "]")) == [0, 1]
+    [total] = [v for k, v in steps["step"].items() if k.startswith("Total Op Info")]
+    waits = {int(rank): info["Communication Time Info"]["Wait Time(ms)"] for rank, info in total.items()}
+    assert waits[0] > 0.7 * slept_us / 1000 and waits[1] < waits[0] / 4, waits
+
+
+def test_compare_shows_the_waiting_rank_waiting(per_rank: Path) -> None:
+    """`compare` of rank 1 (-d) against rank 0 (-bp, the base, printed first): rank 0's
+    uncovered communication is mostly wait; rank 1's is not."""
+    import re
+
+    [base] = per_rank.glob("PROF_*R000/mindstudio_profiler_output/msprof_*.json")
+    [other] = per_rank.glob("PROF_*R001/mindstudio_profiler_output/msprof_*.json")
+    out = per_rank.parent / "compare"
+    out.mkdir()
+    proc = msprof_analyze("compare", "-d", str(other), "-bp", str(base), "-o", str(out), cwd=per_rank.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # | NPU | ... | <uncovered>s(<wait>s) | <free>s | <e2e>s |: the base's row first
+    rows = re.findall(r"\|\s*NPU\s*\|.*?([\d.]+)s\(([\d.]+)s\)", proc.stdout)
+    assert len(rows) == 2, proc.stdout
+    (base_uncovered, base_wait), (_, other_wait) = ((float(a), float(b)) for a, b in rows)
+    slept_s = (STEPS - 1) * SLEEP_S
+    assert base_wait > 0.7 * slept_s and base_wait <= base_uncovered, proc.stdout
+    assert float(other_wait) < base_wait / 4, proc.stdout

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.analysis import cann8, facts
+from jobprof.analysis import cann8, facts, per_rank
 from jobprof.analysis.merge import MergeError
 from jobprof.analysis.profile import find_prof_dir
 from jobprof.analysis.selection import ranges
@@ -23,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="old: per-iteration files under device_<id>/ (CANN 6/7); cann8: also "
                         f"{cann8.FOLDER}/<name>_<timestamp>.csv|json with every device and iteration "
                         "(CANN 8+, what msprof-analyze and MindStudio Insight read)")
+    p.add_argument("--per-rank", metavar="DIR", type=Path,
+                   help="also write one PROF_ folder per rank into DIR (a new folder), each with its "
+                        f"{cann8.FOLDER}/ and analyze/ (communication.json, communication_matrix.json): "
+                        "what msprof-analyze cluster and compare read (docs/msprof-tools.md)")
     p.add_argument("--wait", action="store_true",
                    help="wait for the job's background exporters, then render only the iterations "
                         "still without files (a stopped exporter's, or export \"off\")")
@@ -99,6 +103,23 @@ def run(args: argparse.Namespace) -> int:
         print(printable("\n".join(cann8.describe(assembled))))
         for note in assembled.problems:
             print(printable(f"  note: {note}"), file=sys.stderr)
+    if args.per_rank is not None:
+        if args.per_rank.exists() or args.per_rank.is_symlink():
+            print(printable(f"jobprof: error: --per-rank {args.per_rank} exists: name a new folder"),
+                  file=sys.stderr)
+            return 1
+        try:
+            split = per_rank.split(prof, args.per_rank)
+        except (OSError, ValueError, MergeError) as exc:
+            print(printable(f"jobprof: error: --per-rank {args.per_rank} not written: {exc}"),
+                  file=sys.stderr)
+            return 1
+        print(printable(f"{args.per_rank}: {len(split.folders)} PROF_ folder(s), one per rank; "
+                        f"{split.collectives} collective call(s) in analyze/"))
+        if split.unpaired:
+            print(printable(f"  note: {split.unpaired} collective call(s) lack a peer's record (a rank not "
+                            "profiled, or iterations not captured on every rank): their wait is 0"),
+                  file=sys.stderr)
     return status
 
 
