@@ -144,6 +144,10 @@ def test_csv_follows_the_contract(single_process):
         assert row["Reduce Start(us)"] == "N/A" and row["Reduce Duration(us)"] == "N/A"
 
 
+SPAN_ARGS = {"Iteration Time": "Iteration Time(ns)", "FP_BP Time": "FP_BP Time(ns)",
+             "Iteration Refresh": "Iteration Refresh(ns)"}
+
+
 def test_timeline_json_events_nest(single_process):
     device_dir = single_process.device_dir()
     for path in (device_dir / "timeline").glob("step_trace_*.json"):
@@ -155,6 +159,11 @@ def test_timeline_json_events_nest(single_process):
                        for e in events if e["ph"] == "X")
         names = {s[3].rsplit(" ", 1)[0] for s in spans}
         assert "Iteration" in names
+        # the spans in args are in ns, as CANN writes them (msprof-cann6.3 sample: Iteration
+        # Time(ns)), equal to the slice's duration (µs)
+        for event in (e for e in events if e["ph"] == "X" and e.get("cat") in SPAN_ARGS):
+            value = event["args"][SPAN_ARGS[event["cat"]]]
+            assert abs(value / 1000 - event["dur"]) < 0.002, event
         by_track: dict = {}
         for track, start, end, name in spans:
             by_track.setdefault(track, []).append((start, end, name))

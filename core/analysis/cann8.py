@@ -25,6 +25,7 @@ import datetime as dt
 import heapq
 import io
 import itertools
+import json
 import os
 import re
 import shutil
@@ -99,8 +100,9 @@ def assemble(prof: Path, stamp: str | None = None,
             with TraceWriter(path, wrapped=False, root=prof) as writer:
                 for group, (device, paths) in enumerate(devices.items()):
                     rewriter = Rewriter(group, ids, base_ns=bases.get(device, out_base), out_base_ns=out_base)
+                    named: set[str] = set()
                     for p in paths:
-                        writer.write(rewriter.rewrite(load_events(p)))
+                        writer.write(_first_metadata(rewriter.rewrite(load_events(p)), named))
                         step(1)
                 writer.close()
             files[path.name] = writer.events
@@ -109,6 +111,22 @@ def assemble(prof: Path, stamp: str | None = None,
         shutil.rmtree(stage, ignore_errors=True)
         raise
     return Cann8Result(prof / FOLDER, stamp, files, tuple(problems))
+
+
+def _first_metadata(events: list[dict[str, Any]], named: set[str]) -> list[dict[str, Any]]:
+    """The events less the metadata (process / thread names, sort indices, labels) an earlier
+    iteration's file already gave: each per-iteration file names its tracks, msprof's one
+    file names each once."""
+    out = []
+    for event in events:
+        if event.get("ph") == "M":
+            key = json.dumps([event.get("pid"), event.get("tid"), event.get("name"), event.get("args")],
+                             sort_keys=True, default=str)
+            if key in named:
+                continue
+            named.add(key)
+        out.append(event)
+    return out
 
 
 def input_files(prof: Path) -> int:

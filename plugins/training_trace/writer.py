@@ -125,25 +125,26 @@ def trace_events(ctx: ExportContext, pid: int, tid: int, reduce_tid: int, reduce
     us = ctx.to_us
     # ts: us since the job's time base, dur from the integer ends (jobprof.plugin.clock.TimeAxis)
     dur = ctx.dur_us
-    span = lambda a, b: round((b - a) / 1000, 3)  # noqa: E731
+    # msprof's timeline args give these spans in ns (the CSV gives µs)
+    span = lambda a, b: float(b - a)  # noqa: E731
     events: list[dict[str, Any]] = []
     points = {"Iteration ID": k, "FP Start": us(v["fp"]) if v["fp"] is not None else NA,
               "BP End": us(v["bp"]) if v["bp"] is not None else NA, "Iteration End": us(v["end"])}
     events.append({"name": f"Iteration {k}", "pid": pid, "tid": tid, "ts": us(v["start"]),
                    "dur": dur(v["start"], v["end"]),
-                   "args": {**points, "Iteration Time(us)": span(v["start"], v["end"])},
+                   "args": {**points, "Iteration Time(ns)": span(v["start"], v["end"])},
                    "cat": "Iteration Time", "ph": "X"})
     if v["fp"] is not None and v["bp"] is not None:
         events.append({"name": f"FP_BP Time {k}", "pid": pid, "tid": tid, "ts": us(v["fp"]),
                        "dur": dur(v["fp"], v["bp"]),
                        "args": {"Iteration ID": k, "FP Start": us(v["fp"]), "BP End": us(v["bp"]),
-                                "FP_BP Time(us)": span(v["fp"], v["bp"])},
+                                "FP_BP Time(ns)": span(v["fp"], v["bp"])},
                        "cat": "FP_BP Time", "ph": "X"})
     if v["bp"] is not None:
         events.append({"name": f"Iteration Refresh {k}", "pid": pid, "tid": tid, "ts": us(v["bp"]),
                        "dur": dur(v["bp"], v["end"]),
                        "args": {"Iteration ID": k, "BP End": us(v["bp"]), "Iteration End": us(v["end"]),
-                                "Iteration Refresh(us)": span(v["bp"], v["end"])},
+                                "Iteration Refresh(ns)": span(v["bp"], v["end"])},
                        "cat": "Iteration Refresh", "ph": "X"})
     # DDP's bucket all-reduces overlap (each is launched before the previous one ends): one
     # track cannot show that, so an overlapping reduce goes to the next lane (jobprof.plugin.lanes)
