@@ -1,5 +1,6 @@
-"""Huawei's msprof-analyze (PyPI, its own venv: .ci/run installs it and names it in
-``JOBPROF_MSPROF_ANALYZE``) reads jobprof's CANN 8 export and finds what is true of the job.
+"""Huawei's msprof-analyze and MindInsight (PyPI, each in its own venv: .ci/run installs them and
+names them in ``JOBPROF_MSPROF_ANALYZE`` / ``JOBPROF_MINDINSIGHT_PYTHON``) read jobprof's CANN 8
+export and find what is true of the job.
 
 Each test runs a job built to show (or not to show) one finding and asserts the tool's answer
 (docs/msprof-tools.md lists every tool and mode, and what it cannot read honestly)."""
@@ -16,8 +17,10 @@ import pytest
 from conftest import Runner, jobprof_cli
 
 TOOL = os.environ.get("JOBPROF_MSPROF_ANALYZE", "")
-pytestmark = pytest.mark.skipif(not TOOL, reason="JOBPROF_MSPROF_ANALYZE names no msprof-analyze "
-                                                  "(.ci/run installs it)")
+#: the python of a venv holding MindInsight (.ci/run installs it)
+MINDINSIGHT = os.environ.get("JOBPROF_MINDINSIGHT_PYTHON", "")
+needs_tool = pytest.mark.skipif(not TOOL, reason="JOBPROF_MSPROF_ANALYZE names no msprof-analyze "
+                                                 "(.ci/run installs it)")
 
 
 def msprof_analyze(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -54,6 +57,7 @@ print("DONE")
 """
 
 
+@needs_tool
 @pytest.mark.parametrize("shapes", ["dynamic", "static"])
 def test_advisor_finds_dynamic_shapes_only_in_a_job_that_has_them(runner: Runner, shapes: str) -> None:
     """advisor's "all operators are dynamic shape" reads OP State: a job whose batch grows every
@@ -107,6 +111,7 @@ def per_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@needs_tool
 def test_cluster_step_time_and_communication_show_the_rank_that_made_the_other_wait(per_rank: Path) -> None:
     """`cluster -m all` on the per-rank export: two ranks in cluster_step_trace_time.csv; rank 0
     (which waits at every all-reduce for rank 1) has the uncovered communication, rank 1 (which
@@ -132,6 +137,7 @@ def test_cluster_step_time_and_communication_show_the_rank_that_made_the_other_w
     assert waits[0] > 0.7 * slept_us / 1000 and waits[1] < waits[0] / 4, waits
 
 
+@needs_tool
 def test_compare_shows_the_waiting_rank_waiting(per_rank: Path) -> None:
     """`compare` of rank 1 (-d) against rank 0 (-bp, the base, printed first): rank 0's
     uncovered communication is mostly wait; rank 1's is not."""
@@ -150,3 +156,41 @@ def test_compare_shows_the_waiting_rank_waiting(per_rank: Path) -> None:
     slept_s = (STEPS - 1) * SLEEP_S
     assert base_wait > 0.7 * slept_s and base_wait <= base_uncovered, proc.stdout
     assert float(other_wait) < base_wait / 4, proc.stdout
+
+
+MINDINSIGHT_READ = """
+import collections, json, sys
+from mindinsight.profiler.analyser.msprof_timeline_analyser import MsprofTimelineAnalyser
+analyser = MsprofTimelineAnalyser(sys.argv[1])
+events = analyser.get_merged_timeline([], [], "detail")
+names = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+spans = collections.Counter(names.get(e["pid"], "?") for e in events if e.get("ph") == "X")
+print(json.dumps({"ranks": analyser.get_option()["rank_list"], "spans": spans}))
+"""
+
+
+@pytest.mark.skipif(not MINDINSIGHT, reason="JOBPROF_MINDINSIGHT_PYTHON names no MindInsight "
+                                             "(.ci/run installs it)")
+def test_mindinsight_merges_both_ranks_of_the_per_rank_export(per_rank: Path) -> None:
+    """MindInsight's msprof timeline analyser on the per-rank export: ranks 0 and 1, each with
+    its own hardware and HCCL tracks holding that rank's operators and collectives (on the
+    job's one PROF_ it saw a single "Rank1")."""
+    proc = subprocess.run([MINDINSIGHT, "-c", MINDINSIGHT_READ, str(per_rank)], capture_output=True,
+                          text=True, timeout=300, cwd=per_rank.parent)
+    assert proc.returncode == 0, proc.stderr
+    answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert answer["ranks"] == [0, 1], answer
+    for rank in (0, 1):
+        [folder] = per_rank.glob(f"PROF_*R{rank:03d}")
+        [timeline] = (folder / "mindstudio_profiler_output").glob("msprof_*.json")
+        ours = json.loads(timeline.read_text())
+        pid = {e["args"]["name"]: e["pid"] for e in ours if e["ph"] == "M" and e["name"] == "process_name"}
+        device = pid["Ascend Hardware"]
+        # its own track for the step trace, which jobprof (as msprof) draws in the device process
+        steps = {e["tid"] for e in ours if e["ph"] == "M" and e["name"] == "thread_name"
+                 and e["pid"] == device and e["args"]["name"].startswith(("Step Trace", "Reduce"))}
+        tasks = sum(1 for e in ours if e["ph"] == "X" and e["pid"] == device and e["tid"] not in steps)
+        assert answer["spans"][f"Ascend Hardware Rank{rank}"] == tasks > 0, answer
+        # the collectives, and their wait / transit tasks (docs/msprof-tools.md)
+        collectives = sum(1 for e in ours if e["ph"] == "X" and e["pid"] == pid["HCCL"])
+        assert answer["spans"][f"HCCL Rank{rank}"] == collectives > 0, answer

@@ -19,7 +19,8 @@ collective is transit.  On one host the ranks share a clock; across hosts the es
 the hosts' clock offset (see ``jobprof summary``'s clock note).  A collective whose peers were
 not all profiled has no wait (0, transit = its duration) and is counted in :attr:`Split.unpaired`.
 The rank's timeline gets the split as two task events (``Notify_Wait``, then ``Transit``) on a
-``Plane 0`` thread of its Communication process, where ``msprof-analyze compare`` reads waits.
+``Plane 0`` thread of its communication process, where ``msprof-analyze compare`` reads waits;
+that process has CANN 7's name, ``HCCL`` (MindInsight reads no other; msprof-analyze reads both).
 """
 
 from __future__ import annotations
@@ -209,10 +210,14 @@ def _add_wait_tasks(rank_prof: Path, calls: list[_Call], waits: dict[tuple[int, 
         return
     path = timelines[-1]
     events = load_events(path)
-    pid = next((e["pid"] for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
-                and (e.get("args") or {}).get("name") == "Communication"), None)
-    if pid is None:
+    named = next((e for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+                  and (e.get("args") or {}).get("name") == "Communication"), None)
+    if named is None:
         return
+    pid = named["pid"]
+    # CANN 7's name of the process: MindInsight reads collectives only from "HCCL";
+    # msprof-analyze reads either
+    named["args"] = {**named["args"], "name": "HCCL"}
     # the assembled timeline's ts is µs since its own base: the earliest device's, this one's
     out_base = base_us
     tids = [e.get("tid", 0) for e in events if e.get("pid") == pid and isinstance(e.get("tid"), int)]
