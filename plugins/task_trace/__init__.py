@@ -21,7 +21,9 @@ Stream ID           CPU: the OS thread id that executed the operator / CUDA: the
 Op Name             CPU: the operator (``aten::mm``) / CUDA: the kernel name (memcpy/memset kind)
 OP Type             the operator name without namespace (``mm``); CUDA: of the operator that
                     launched the kernel (the kernel's own name when no operator is known)
-OP State            N/A: Ascend's dynamic/static-shape compile state; eager PyTorch has none
+OP State            N/A per iteration (one iteration cannot tell); the CANN 8 layout measures it:
+                    ``static`` when the operator ran with these shapes in every iteration it
+                    ran in, else ``dynamic`` (jobprof.analysis.cann8, docs/msprof-tools.md)
 Task Type           the engine that ran it: ``CPU``, ``CUDA``, ``MEMCPY``, ``MEMSET``,
                     ``COMMUNICATION`` (``c10d::`` operators, NCCL kernels)
 Task Start Time(us) start, epoch µs (Kineto timestamp), exact, with msprof's trailing TAB
