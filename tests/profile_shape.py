@@ -26,10 +26,10 @@ Masking rules (everything else is kept verbatim):
 3. Name rule, by CSV column or JSON key (case-insensitive, see ``_VOLATILE_KEY``): process,
    thread and stream ids (``pid``, ``tid``, hccl's ``thread``, ``Stream ID``: jobprof's CPU
    stream id is the OS pid), host and machine facts (``hostname``, ``OS``, ``cpuCores``,
-   ``memoryTotal``), dates and clocks (``collectionDate*``, ``collectionTime*``,
-   ``clockMonotonic*``, ``time_base_ns``), jobprof's own timings (``own_startup_ms``,
-   ``export_seconds``, ``seconds``), ``filesize`` in ``*.done`` markers (the size of a file
-   holding masked values) and the ``options.output`` path: the whole value becomes
+   ``memoryTotal``, DeviceInfo's ``ai_core_num`` and ``aic_frequency``), dates and clocks
+   (``collectionDate*``, ``collectionTime*``, ``clockMonotonic*``, ``time_base_ns``), jobprof's
+   own timings (``own_startup_ms``, ``export_seconds``, ``seconds``), ``filesize`` in ``*.done``
+   markers (the size of a file holding masked values) and the ``options.output`` path: the whole value becomes
    ``"<masked>"`` (a dict or list keeps its keys / length).  In info.json's ``calibration``
    block (machine speed: peaks, bandwidth, the matmul size it grew to, buffer sizes from the
    cache size) every number is masked, its texts are kept; ``version`` strings are kept
@@ -75,7 +75,8 @@ MASK = "<masked>"
 
 # Rule 3: column / key names whose whole value is run- or machine-dependent.
 _VOLATILE_KEY = re.compile(
-    r"^(pid|tid|thread|stream[ _]?id|hostname|os|cpucores|memorytotal|collection(date|time)(begin|end)|"
+    r"^(pid|tid|thread|stream[ _]?id|hostname|os|cpucores|memorytotal|ai_core_num|aic_frequency|"
+    r"collection(date|time)(begin|end)|"
     r"clockmonotonic(raw)?|time_base_ns|own_startup_ms|export_seconds|seconds|filesize|"
     r"output)$", re.IGNORECASE)
 # Rule 5: files whose rows jobprof sorts by a time column.

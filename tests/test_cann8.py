@@ -211,3 +211,30 @@ def test_slicing_and_a_second_export_replaces_the_folder(job: Path, tmp_path: Pa
     assert joined == rows
     # a table under the limit is one file, without a slice number
     assert "communication_statistic_20991231235959.csv" in files
+
+
+@pytest.mark.slow
+def test_per_rank_export_one_prof_per_rank_with_analyze(job: Path, tmp_path: Path) -> None:
+    """`--per-rank DIR`: a PROF_ per rank (device folder, CANN 8 layout, analyze/), every collective
+    of the rank keyed as msprof keys it, wait + transit = elapse; an existing DIR is refused."""
+    out = tmp_path / "ranks"
+    proc = jobprof_cli("export", str(job), "--per-rank", str(out))
+    assert proc.returncode == 0, proc.stderr
+    folders = sorted(out.iterdir())
+    assert [f.name[-4:] for f in folders] == ["R000", "R001"]
+    for rank, folder in enumerate(folders):
+        assert re.fullmatch(r"PROF_\d{6}_\d{17}_[A-Z]{12}R\d{3}", folder.name)
+        assert {p.name for p in folder.iterdir()} == {f"device_{rank}", cann8.FOLDER, "analyze"}
+        assert not (folder / f"device_{rank}" / "data").exists()  # raw data stays in the job's folder
+        communication = json.loads((folder / "analyze" / "communication.json").read_text())
+        matrix = json.loads((folder / "analyze" / "communication_matrix.json").read_text())
+        calls = [e for f in per_iteration(job, "timeline", "hccl")[rank] for e in json.loads(f.read_text())
+                 if e["ph"] == "X"]
+        assert len(communication) == len(calls) > 0 and set(matrix) == set(communication)
+        for key, info in communication.items():
+            assert re.fullmatch(r"hcom_(allReduce|allGather|broadcast|barrier)__\d+_0_1@\S+", key), key
+            time = info["Communication Time Info"]
+            assert abs(time["Wait Time(ms)"] + time["Transit Time(ms)"] - time["Elapse Time(ms)"]) < 1e-5
+            assert list(matrix[key]) == [f"{rank}-{rank}"]
+    again = jobprof_cli("export", str(job), "--per-rank", str(out))
+    assert again.returncode == 1 and f"--per-rank {out} exists" in again.stderr

@@ -84,7 +84,8 @@ BAD_LINES = [
 def test_invalid_table(tmp_path: Path) -> None:
     proc = jobprof_cli("check", "--options", json.dumps(BAD_OPTIONS), cwd=tmp_path)
     assert proc.returncode == 1
-    assert proc.stdout.splitlines() == ["--options: invalid (3 problem(s))", *BAD_LINES]
+    assert proc.stdout == ""  # problems go to stderr, as every command's errors
+    assert proc.stderr.splitlines() == ["--options: invalid (3 problem(s))", *BAD_LINES]
 
 
 def test_invalid_json_from_environment(tmp_path: Path) -> None:
@@ -108,7 +109,7 @@ def test_invalid_json_from_environment(tmp_path: Path) -> None:
 def test_not_an_object(text: str, line: str, tmp_path: Path) -> None:
     proc = jobprof_cli("check", "--options", text, cwd=tmp_path)
     assert proc.returncode == 1
-    assert proc.stdout.splitlines()[1].startswith(line)
+    assert proc.stderr.splitlines()[1].startswith(line)
 
 
 def test_lookalike_mode_noted(tmp_path: Path) -> None:
@@ -146,7 +147,7 @@ def test_output_on_read_only_filesystem(short_tmp: Path) -> None:
     proc = subprocess.run(["unshare", "-m", "sh", "-c", script], env=clean_env(),
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.splitlines()[1] == (
+    assert proc.stderr.splitlines()[1] == (
         f"  $.output: is not writable: cannot create a directory in '{target}' "
         f'(Read-only file system) (got "{target / "prof"}")')
     ok = jobprof_cli("check", "--options", opts)  # the same directory outside the mount

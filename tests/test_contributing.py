@@ -196,7 +196,7 @@ def test_jobprof_check_validates_the_example_option(dist_root, example, tmp_path
     proc = jobprof_cli("check", "--options", '{"gc_trace":"yes"}', env=env, cwd=tmp_path)
     assert proc.returncode == 1
     # the message section 5 of the document shows
-    assert '$.gc_trace: must be one of "on", "off" (or "" for the default) (got "yes")' in proc.stdout
+    assert '$.gc_trace: must be one of "on", "off" (or "" for the default) (got "yes")' in proc.stderr
     assert '$.gc_trace: must be one of "on", "off" (or "" for the default) (got "yes")' in \
         DOC.read_text(encoding="utf-8")
 

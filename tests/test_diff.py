@@ -76,11 +76,55 @@ def _profile(factory: pytest.TempPathFactory, name: str, body: str, options: dic
     return prof
 
 
+# another program: a small convolutional net (its time in operators JOB never runs)
+OTHER = """
+import torch
+from torch import nn
+torch.manual_seed(0)
+torch.set_num_threads(1)
+model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+data = [torch.randn(8, 3, 32, 32) for _ in range(12)]
+for xb in data:
+    opt.zero_grad()
+    model(xb).sum().backward()
+    opt.step()
+"""
+
+
 @pytest.fixture(scope="module")
 def profiles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"a": _profile(tmp_path_factory, "a", JOB, ON, [str(STEPS_A), "base"]),
             "a2": _profile(tmp_path_factory, "a2", JOB, ON, [str(STEPS_A), "base"]),
-            "b": _profile(tmp_path_factory, "b", JOB, ON, [str(STEPS_B), "extra"])}
+            "b": _profile(tmp_path_factory, "b", JOB, ON, [str(STEPS_B), "extra"]),
+            "other": _profile(tmp_path_factory, "other", OTHER, ON, [])}
+
+
+def test_fail_on_regression_is_an_exit_status_a_ci_job_can_gate_on(profiles: dict[str, Path]) -> None:
+    """B with a 10 ms matmul per iteration more: exit 3 and one line saying by how much; the
+    other way round (faster): 0; a limit above the change: 0; a bad limit: 2."""
+    a, b = (str(profiles[k]) for k in ("a", "b"))
+    slower = jobprof_cli("diff", a, b, "--fail-on-regression", "5")
+    assert slower.returncode == 3, slower.stderr
+    [line] = [x for x in slower.stderr.splitlines() if x.startswith("jobprof: regression:")]
+    pct = float(line.split(" is ")[1].split("%")[0])
+    assert pct > 5 and "(limit 5%)" in line
+    assert jobprof_cli("diff", a, b, "--fail-on-regression", f"{pct + 1:.0f}").returncode == 0
+    assert jobprof_cli("diff", b, a, "--fail-on-regression", "5").returncode == 0
+    bad = jobprof_cli("diff", a, b, "--fail-on-regression", "-1")
+    assert bad.returncode == 2 and "--fail-on-regression" in bad.stderr
+
+
+def test_two_different_programs_are_called_so(profiles: dict[str, Path]) -> None:
+    """A convolutional net against the MLP job: a note, first, that they are not the same
+    program; none for a rerun or for the same job with one more operator."""
+    model = compare(profiles["a"], profiles["other"])
+    assert model["notes"] and model["notes"][0].startswith("A and B do not look like the same program"), \
+        model["notes"]
+    assert "linear" in model["notes"][0]  # A's time in kinds B never ran, largest first
+    for other in ("a2", "b"):
+        notes = compare(profiles["a"], profiles[other])["notes"]
+        assert not any("same program" in n for n in notes), notes
 
 
 def compare(a: Path, b: Path, per_rank: bool = False, manager: PluginManager | None = None,

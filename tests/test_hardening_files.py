@@ -123,13 +123,17 @@ def test_output_onto_a_special_file_is_refused(profile: Path, tmp_path: Path, co
 
 
 def test_merge_default_output_planted_link_is_refused(profile: Path, tmp_path: Path) -> None:
+    """The default output (merged.json in the current folder) is a planted link: refused."""
     prof = copy_of(profile, tmp_path)
     shadow = victim(tmp_path)
-    (prof / "merged.json").symlink_to(shadow)
-    proc = jobprof_cli("merge", str(prof))
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "merged.json").symlink_to(shadow)
+    proc = jobprof_cli("merge", str(prof), cwd=here)
     no_traceback(proc)
     assert proc.returncode == 2 and "symbolic link" in proc.stderr, proc.stderr
-    assert shadow.read_text() == VICTIM_TEXT and (prof / "merged.json").is_symlink()
+    assert shadow.read_text() == VICTIM_TEXT and (here / "merged.json").is_symlink()
+    assert not (prof / "merged.json").exists()  # never into the profile
 
 
 @pytest.mark.parametrize("command", ["report", "merge"])
@@ -173,9 +177,10 @@ def test_kineto_output_link_is_refused(profile: Path, tmp_path: Path) -> None:
     prof = copy_of(profile, tmp_path)
     foreign = tmp_path / "foreign"
     foreign.mkdir()
-    (prof / "kineto").mkdir()
-    (prof / "kineto" / "iteration_1").symlink_to(foreign)  # the default output's first folder
-    proc = jobprof_cli("kineto", str(prof))
+    here = tmp_path / "here"
+    (here / "kineto").mkdir(parents=True)
+    (here / "kineto" / "iteration_1").symlink_to(foreign)  # the default output's first folder
+    proc = jobprof_cli("kineto", str(prof), cwd=here)
     no_traceback(proc)
     assert proc.returncode == 1 and "iteration_1 is a symbolic link" in proc.stderr, proc.stderr
     assert not list(foreign.iterdir())
@@ -332,11 +337,15 @@ def test_umask_000_never_widens_modes(profile: Path, tmp_path: Path) -> None:
                    capture_output=True)
     [prof] = out.glob("PROF_*")
     exe = str(Path(sys.executable).with_name("jobprof"))
+    here = out / "here"  # merge and kineto write into the current folder by default
+    here.mkdir(mode=0o750)
     for args in (["export", str(prof), "--layout", "cann8"], ["merge", str(prof)],
                  ["kineto", str(prof)], ["report", str(prof), "-o", str(prof / "r" / "report.html")]):
         if args[0] == "report":
             (prof / "r").mkdir(mode=0o750)
-        subprocess.run([exe, *args], env=clean_env(), check=True, timeout=120, capture_output=True, umask=0)
+        subprocess.run([exe, *args], env=clean_env(), check=True, timeout=120, capture_output=True, umask=0,
+                       cwd=here)
+    assert (here / "merged.json").is_file() and (here / "kineto").is_dir()
     checked = 0
     for path in [tmp_path / "new", out, *out.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
@@ -423,7 +432,7 @@ def test_a_fifo_in_a_profile_is_named_and_skipped_by_every_command(profile: Path
     named, replaced = [], False
     for command in FIFO_COMMANDS:
         args = [str(prof)] if command[0] == "diff" else command[1:]  # diff: the profile with itself
-        proc = jobprof_cli(command[0], str(prof), *args)
+        proc = jobprof_cli(command[0], str(prof), *args, cwd=tmp_path)  # kineto's default: ./kineto
         no_traceback(proc)
         # never written through; `export` may put its own regenerated file in its place
         replaced = replaced or (command[0] == "export" and not stat.S_ISFIFO(fifo.lstat().st_mode))

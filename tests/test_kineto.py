@@ -168,6 +168,14 @@ def test_hta_temporal_breakdown(job: tuple[Runner, Path, str], tmp_path: Path) -
         assert row["compute_time(us)"] == pytest.approx(sum(durs), abs=2 * len(tasks) + 2)
         assert row["kernel_time(us)"] == pytest.approx(span, abs=3)
         assert row["idle_time(us)"] == pytest.approx(span - sum(durs), abs=2 * len(tasks) + 3)
+    # the grammar of every command: --iterations A-B and --rank R narrow what is gathered
+    narrow = tmp_path / "narrow"
+    proc = jobprof_cli("kineto", str(prof), "-o", str(narrow), "--iterations", "2-3", "--rank", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in narrow.iterdir()) == ["iteration_2", "iteration_3"]
+    assert [p.name for p in (narrow / "iteration_2").iterdir()] == ["rank_1.pt.trace.json"]
+    bad = jobprof_cli("kineto", str(prof), "-o", str(tmp_path / "bad"), "--iterations", "x")
+    assert bad.returncode == 1 and "iterations" in bad.stderr, bad.stderr
 
 
 def test_task_trace_off_still_has_steps(runner: Runner) -> None:
@@ -194,9 +202,11 @@ def test_task_trace_off_still_has_steps(runner: Runner) -> None:
         names = [e["name"] for e in doc["traceEvents"] if e["ph"] == "X"]
         assert names.count(f"ProfilerStep#{i - 1}") == 1 and "FP_BP" in names
         assert not [e for e in doc["traceEvents"] if e.get("cat") in ("kernel", "cpu_op")]
-    proc = jobprof_cli("kineto", str(runner.out), "--iteration", "2")
+    proc = jobprof_cli("kineto", str(runner.out), "--iterations", "2", cwd=runner.tmp)
     assert proc.returncode == 0, proc.stderr
     [prof] = runner.prof_dirs()
+    assert not (prof / "kineto").exists()  # the default: ./kineto, never into the profile
+    prof = runner.tmp
     assert [p.name for p in (prof / "kineto").iterdir()] == ["iteration_2"]
     trace_file = pytest.importorskip("hta.common.trace_file")
     # HTA's logger does not propagate (its logging.config): listen on it directly

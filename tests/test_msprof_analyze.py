@@ -92,12 +92,12 @@ def run(rank, port):
 if __name__ == "__main__":
     mp.spawn(run, args=(int(sys.argv[1]),), nprocs=2)
 """
-STEPS, SLEEP_S = 8, 0.04
+STEPS, SLEEP_S = 8, 0.08
 
 
 @pytest.fixture(scope="module")
 def per_rank(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A 2-rank DDP job whose rank 1 sleeps 40 ms before each iteration, exported one PROF_ per rank."""
+    """A 2-rank DDP job whose rank 1 sleeps 80 ms before each iteration, exported one PROF_ per rank."""
     from conftest import free_port
 
     runner = Runner(tmp_path_factory.mktemp("msprof_analyze"))
@@ -127,14 +127,15 @@ def test_cluster_step_time_and_communication_show_the_rank_that_made_the_other_w
     slept_us = (STEPS - 1) * SLEEP_S * 1e6  # the first iteration's wait may hide in set-up
     uncovered = {r: float(rows[r]["Communication(Not Overlapped)"]) for r in rows}
     free = {r: float(rows[r]["Free"]) for r in rows}
-    assert uncovered[0] - uncovered[1] > 0.7 * slept_us, rows
-    assert free[1] - free[0] > 0.7 * slept_us, rows
+    # half of it at least: on a loaded machine rank 0 is sometimes late too
+    assert uncovered[0] - uncovered[1] > 0.5 * slept_us, rows
+    assert free[1] - free[0] > 0.5 * slept_us, rows
     communication = json.loads((result / "cluster_communication.json").read_text())
     [(group, steps)] = communication.items()
     assert json.loads(group.replace("(", "[").replace(")", "]")) == [0, 1]
     [total] = [v for k, v in steps["step"].items() if k.startswith("Total Op Info")]
     waits = {int(rank): info["Communication Time Info"]["Wait Time(ms)"] for rank, info in total.items()}
-    assert waits[0] > 0.7 * slept_us / 1000 and waits[1] < waits[0] / 4, waits
+    assert waits[0] > 0.5 * slept_us / 1000 and waits[1] < waits[0] / 2, waits
 
 
 @needs_tool
@@ -154,8 +155,8 @@ def test_compare_shows_the_waiting_rank_waiting(per_rank: Path) -> None:
     assert len(rows) == 2, proc.stdout
     (base_uncovered, base_wait), (_, other_wait) = ((float(a), float(b)) for a, b in rows)
     slept_s = (STEPS - 1) * SLEEP_S
-    assert base_wait > 0.7 * slept_s and base_wait <= base_uncovered, proc.stdout
-    assert float(other_wait) < base_wait / 4, proc.stdout
+    assert base_wait > 0.5 * slept_s and base_wait <= base_uncovered, proc.stdout
+    assert float(other_wait) < base_wait / 2, proc.stdout
 
 
 MINDINSIGHT_READ = """

@@ -8,6 +8,7 @@ record_function wrappers are also tested in-process.
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 import types
@@ -300,6 +301,18 @@ def test_summary_section(main_run: Run) -> None:
     assert "Markers (msproftx): top ranges by total time" in proc.stdout
     compute = next(ln for ln in proc.stdout.splitlines() if ln.startswith("compute "))
     assert compute.split()[1:3] == ["default", str(STEPS)]
+    # mean, then median and p95 (a first call's warm-up moves the mean alone): within 1% of the
+    # ranges' own durations in the msprof_tx files (kept in 2% buckets)
+    header = next(ln for ln in proc.stdout.splitlines() if ln.lstrip().startswith("message "))
+    assert "mean ms" in header and "median ms" in header and "p95 ms" in header
+    durations = sorted((float(r["End_time(us)"]) - float(r["Start_time(us)"])) / 1000
+                       for i in range(1, STEPS + 1) for r in read_csv(main_run.csv(i))
+                       if r["message"] == "compute")
+    assert len(durations) == STEPS
+    mean, median, p95 = (float(v) for v in compute.split()[4:7])
+    assert median == pytest.approx(statistics.median_low(durations), rel=0.011)  # nearest rank
+    assert p95 == pytest.approx(durations[-1], rel=0.011)  # nearest rank of 4: the largest
+    assert mean == pytest.approx(statistics.fmean(durations), abs=0.002)
 
 
 def test_export_renders_the_same_files(main_run: Run) -> None:

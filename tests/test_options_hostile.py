@@ -347,7 +347,7 @@ def test_hostile_check_cli(case_id: str, where: str, tmp_path: Path) -> None:
     text = _text(case, tmp_path)
     if where == "argument":
         proc = jobprof_cli("check", "--options", text, cwd=tmp_path)
-        assert f"\n  {case.path}: " in proc.stdout, proc.stdout[-2000:]
+        assert f"\n  {case.path}: " in proc.stderr, proc.stderr[-2000:]
     else:
         proc = jobprof_cli("check", "--json", env={"PROFILING_OPTIONS": text}, cwd=tmp_path)
         result = json.loads(proc.stdout)
@@ -363,7 +363,7 @@ def test_check_cli_ascii_stdout(tmp_path: Path) -> None:
     proc = jobprof_cli("check", "--options", text, cwd=tmp_path,
                        env={"PYTHONIOENCODING": "ascii:strict"})
     _no_leak(proc.stdout + proc.stderr)
-    assert proc.returncode == 1 and "unknown option key" in proc.stdout, proc.stderr
+    assert proc.returncode == 1 and "unknown option key" in proc.stderr, proc.stderr
 
 
 def test_environment_bytes_reach_parser_as_surrogates() -> None:

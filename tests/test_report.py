@@ -146,9 +146,13 @@ def assert_findings_in_order(page: Any, model: dict[str, Any]) -> None:
     items = page.eval_on_selector_all(
         "ol.findings > li",
         "els => els.map(e => [e.dataset.findingKey, e.querySelector('.text').textContent])")
-    assert items == [[f["key"], f["text"]] for f in model["findings"]]
-    # an ordered list: the browser numbers them 1..n in that order
-    assert page.eval_on_selector("ol.findings", "e => getComputedStyle(e.children[0]).display") == "list-item"
+    # the job's findings in order; jobprof's own cost apart, after the list
+    assert items == [[f["key"], f["text"]] for f in model["findings"] if f["key"] != "profiler"]
+    own = page.eval_on_selector_all(".own-cost", "els => els.map(e => e.querySelector('.text').textContent)")
+    assert own == [f["text"] for f in model["findings"] if f["key"] == "profiler"]
+    if items:  # an ordered list: the browser numbers them 1..n in that order
+        shown = page.eval_on_selector("ol.findings", "e => getComputedStyle(e.children[0]).display")
+        assert shown == "list-item"
 
 
 def svg_sizes(page: Any, selector: str) -> list[dict[str, float]]:
@@ -334,3 +338,47 @@ def test_long_run_is_binned(browser: Any, runner: Runner, tmp_path: Path) -> Non
     assert_numbers_match(page, model)
     page.close()
 
+
+
+SPIKE = """
+import time
+import torch
+from torch import nn
+model = nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(12):
+    model(torch.randn(2, 4)).sum().backward()
+    time.sleep(0.4 if i == 6 else 0.01)  # one iteration 40x the others
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+def test_one_outlier_iteration_does_not_flatten_the_chart(browser: Any, runner: Runner,
+                                                          tmp_path: Path) -> None:
+    """The breakdown chart's scale stops at 3x the median bar: the 400 ms iteration is cut and
+    marked with its time, the 10 ms ones keep a readable height."""
+    runner.run(SPIKE, {"training_trace": "on", "task_trace": "off"})
+    [prof] = runner.prof_dirs()
+    out = tmp_path / "spike.html"
+    model = report_and_model(prof, out)
+    times = [r["iteration_ms"] for r in model["iterations"]]
+    slowest = max(times)
+    page, seen = open_report(browser, out)
+    assert_clean_load(seen, out)
+    [chart] = page.query_selector_all("svg.breakdown")
+    cut = chart.query_selector_all("g.bar.cut")
+    assert len(cut) == 1 and cut[0].query_selector("text.cut-value").text_content() == f"{slowest:.0f}"
+    tip = cut[0].query_selector("title").text_content()
+    assert f"{slowest:.3f} ms" in tip
+    # where to look next: the iteration's timeline file, which exists
+    where = tip.split("timeline ", 1)[1].split(";")[0]
+    assert (prof / where).is_file(), where
+    assert "taller bars are cut" in page.text_content("figure figcaption")
+    # a typical bar fills a fair part of the plot (it was under 3% of it, scaled to the outlier)
+    heights = [sum(float(r.get_attribute("height")) for r in bar.query_selector_all("rect"))
+               for bar in chart.query_selector_all("g.bar:not(.cut)")]
+    tallest_cut = sum(float(r.get_attribute("height")) for r in cut[0].query_selector_all("rect"))
+    assert sorted(heights)[len(heights) // 2] > tallest_cut / 6, (heights, tallest_cut)
+    assert_numbers_match(page, model)
+    page.close()

@@ -152,8 +152,13 @@ def test_terminal_tables_and_numbered_findings(prof: Path) -> None:
     for title in ("Ranks", "Iteration time (ms): where it went, per rank", "Across ranks",
                   "Communication (hccl)", "DataLoader", "Findings"):
         assert title in text, title
-    for number, finding in enumerate(model["findings"], 1):
+    # the job's findings numbered; jobprof's own cost apart, after them, never a numbered finding
+    job = [f for f in model["findings"] if f["key"] != "profiler"]
+    for number, finding in enumerate(job, 1):
         assert f"  {number}. {finding['text']}" in text
+    for finding in (f for f in model["findings"] if f["key"] == "profiler"):
+        before, after = text.split("\njobprof's own cost\n", 1)
+        assert after.startswith(f"  {finding['text']}") and finding["text"] not in before
     mean = model["ranks"][1]["breakdown_ms"]["iteration"]["mean"]
     assert f"{mean:.3f}" in text
 

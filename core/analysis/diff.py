@@ -308,6 +308,30 @@ def _verdict(iterations: list[dict[str, Any]], named: DiffTable | None,
     return text
 
 
+#: one side's share of the other's operator time from keys the other never ran, past which the
+#: two profiles are called different programs
+FOREIGN_SHARE = 0.5
+
+
+def _different_program(rows: list[dict[str, Any]], named: DiffTable) -> str | None:
+    """A warning when most of either side's time is in keys (operator types) the other side
+    never ran: not the same program (another model, or the same one on other inputs)."""
+    def time(entry: dict[str, Any] | None) -> float:
+        return (entry or {}).get("ms_per_iteration") or 0.0
+
+    for side, other in (("a", "b"), ("b", "a")):
+        total = sum(time(r[side]) for r in rows)
+        alone = [r for r in rows if r[other] is None and time(r[side]) > 0]
+        share = sum(time(r[side]) for r in alone) / total if total else 0.0
+        if share > FOREIGN_SHARE:
+            biggest = sorted(alone, key=lambda r: -time(r[side]))[:3]
+            names = ", ".join(str(r[named.columns[0]]) for r in biggest)
+            return (f"A and B do not look like the same program: {100 * share:.0f}% of "
+                    f"{side.upper()}'s {named.key} time is in {len(alone)} kind(s) the other never ran "
+                    f"({names}{', ...' if len(alone) > 3 else ''}); the comparison may mean little")
+    return None
+
+
 def _calls(value: float) -> str:
     return f"{value:.0f}" if abs(value - round(value)) < 0.005 else f"{value:.2f}"
 
@@ -349,6 +373,11 @@ def compare(a: Side, b: Side, per_rank: bool = False) -> dict[str, Any]:
         if spec.one_sided_note and a.present(spec.key) != b.present(spec.key):
             notes.append(spec.one_sided_note)
     named = next((spec for spec in specs if spec.verdict is not None), None)
+    named_rows = compared[named.key] if named is not None else None
+    if named is not None and named_rows:
+        different = _different_program(named_rows, named)
+        if different:
+            notes.insert(0, different)
     return {
         "schema": SCHEMA, "a": _side_json(a, specs), "b": _side_json(b, specs),
         "scope": "per_rank" if per_rank else "all",

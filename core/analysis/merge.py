@@ -410,9 +410,10 @@ def select(sources: Sequence[RankSource], ranks: Sequence[int] | None) -> list[R
 def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[int] | None = None,
           iterations: tuple[int, int] | None = None,
           progress: Callable[[Iterable[Any], int], Iterable[Any]] | None = None,
-          fmt: str = "json") -> MergeResult:
+          fmt: str = "json", folder: Path | None = None) -> MergeResult:
     """Write every selected rank's master timelines of the selected iterations to ``out``
-    (None: ``merged.json`` or ``merged.pftrace`` in ``prof``), as ``fmt`` (:data:`FORMATS`)."""
+    (None: ``merged.json`` or ``merged.pftrace`` in ``folder``, by default ``prof``), as ``fmt``
+    (:data:`FORMATS`)."""
     sources = select(read_sources(prof), ranks)
     if not sources:
         raise MergeError(f"{prof} has no device_<id> folders")
@@ -456,7 +457,7 @@ def merge(prof: Path, out: Path | None, *, how: str = "clock", ranks: Sequence[i
     meta: dict[str, Any] = {}
     todo = [(g, source, f.path) for g, (source, files) in enumerate(plan) for f in files]
     fmt, why = choose_format(fmt, out, [path for _, _, path in todo])
-    out = out or prof / default_name(fmt)
+    out = out or (folder or prof) / default_name(fmt)
     walk: Iterable[Any] = progress(todo, len(todo)) if progress else todo
     writer: TraceWriter | Any
     if fmt == "perfetto":

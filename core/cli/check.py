@@ -55,10 +55,10 @@ def run(args: argparse.Namespace) -> int:
             "notes": notes,
         }, indent=2, default=str))
         return 0 if outcome.config is not None else 1
-    if outcome.config is None:
-        print(f"{outcome.source}: invalid ({len(outcome.problems)} problem(s))")
+    if outcome.config is None:  # problems go where every command's errors go: stderr
+        print(f"{outcome.source}: invalid ({len(outcome.problems)} problem(s))", file=sys.stderr)
         for problem in outcome.problems:
-            print(f"  {problem.render()}")
+            print(f"  {problem.render()}", file=sys.stderr)
         return 1
     config = outcome.config
     rows = [[key, json.dumps(value), "set" if key in config.explicit else "default",
@@ -67,5 +67,5 @@ def run(args: argparse.Namespace) -> int:
     print(f"{outcome.source}: valid")
     print(tabulate(rows, headers=["key", "value", "from", "collected by"]))
     for note in notes:
-        print(f"note: {escape(note)}")
+        print(f"note: {escape(note)}", file=sys.stderr)
     return 0

@@ -23,6 +23,8 @@ from jobprof.plugin.results import DiffTable
 
 #: operator / collective rows shown on a terminal without --top
 TOP = 20
+#: the exit status of --fail-on-regression when B regressed (1: error, 2: bad arguments)
+REGRESSION_EXIT = 3
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "all with --json)")
     p.add_argument("--json", action="store_true",
                    help="print the model as JSON (stable keys, see docs/cli.md)")
+    p.add_argument("--fail-on-regression", type=float, metavar="PCT",
+                   help=f"exit {REGRESSION_EXIT} when B's median iteration is slower than A's beyond the "
+                        "noise thresholds and by more than PCT percent (a CI gate)")
     add_engine(p)
     p.set_defaults(func=run)
 
@@ -123,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
     if args.top is not None and args.top < 0:
         print("jobprof: error: --top must be 0 or more", file=sys.stderr)
         return 2
+    if args.fail_on_regression is not None and not args.fail_on_regression >= 0:
+        print("jobprof: error: --fail-on-regression must be a percentage, 0 or more", file=sys.stderr)
+        return 2
     try:
         sel_a = selection(args)
         sel_b = selection(args, args.iterations_b) if args.iterations_b is not None else sel_a
@@ -147,4 +155,18 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(model, indent=2))
     else:
         print(printable(render(model, specs, args.top)))
+    return regression(model, args.fail_on_regression)
+
+
+def regression(model: dict[str, Any], limit: float | None) -> int:
+    """:data:`REGRESSION_EXIT` (said on stderr) when B's median iteration is slower than A's,
+    beyond noise, by more than ``limit`` percent; else 0."""
+    if limit is None:
+        return 0
+    it = next(r for r in model["iteration"] if r["rank"] is None and r["part"] == "iteration")
+    pct = it["delta_pct"]
+    if it["change"] == "slower" and pct is not None and pct > limit:
+        print(printable(f"jobprof: regression: B's median iteration is {pct:.1f}% slower than A's "
+                        f"(limit {limit:g}%)"), file=sys.stderr)
+        return REGRESSION_EXIT
     return 0

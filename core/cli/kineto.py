@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 from jobprof.analysis.profile import find_prof_dir
-from jobprof.cli._common import printable
+from jobprof.analysis.selection import Selection
+from jobprof.cli._common import add_selection, printable, selection
 from jobprof.files import fsio, profdir
 from jobprof.files.profdir import iteration_files
 from jobprof.plugin.values import STEP_MODE_MODEL_ID
@@ -34,8 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prof_dirs", type=Path, nargs="+", help="PROF_* directories (one per node), or output "
                    "folders holding one")
     p.add_argument("-o", "--output", type=Path, help="where the iteration_<n>/ folders go "
-                   "(default: <first PROF_DIR>/kineto)")
-    p.add_argument("--iteration", type=int, action="append", help="only this iteration (repeatable)")
+                   "(default: ./kineto: commands never write into a profile but its own msprof files)")
+    add_selection(p)
+    # the old spelling, kept working: --iterations is every command's
+    p.add_argument("--iteration", type=int, action="append", help=argparse.SUPPRESS)
     p.set_defaults(func=run)
 
 
@@ -46,21 +49,25 @@ def rank_of(path: Path) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def gather(prof_dirs: list[Path], output: Path,
-           iterations: set[int] | None = None) -> dict[str, dict[int, Path]]:
-    """Copy every rank's file of each iteration to ``output/<folder>/rank_<r>.pt.trace.json``;
-    returns {folder: {rank: source}}.  Raises ValueError naming both files when two have one rank."""
+def gather(prof_dirs: list[Path], output: Path, iterations: set[int] | None = None,
+           selected: Selection | None = None) -> dict[str, dict[int, Path]]:
+    """Copy every rank's file of each iteration to ``output/<folder>/rank_<r>.pt.trace.json``
+    (only the iterations and ranks ``selected``); returns {folder: {rank: source}}.  Raises
+    ValueError naming both files when two have one rank."""
     found: dict[str, dict[int, Path]] = {}
     for prof in prof_dirs:
         for device_dir in profdir.device_dirs(prof):
             for file in iteration_files(device_dir, "timeline", WRITER):
                 path, model, index = file.path, file.model, file.iteration
-                if iterations and index not in iterations:
+                if (iterations and index not in iterations) or \
+                        (selected is not None and not selected.has_iteration(index)):
                     continue
                 folder = f"iteration_{index}" if model == STEP_MODE_MODEL_ID \
                     else f"model_{model}_iteration_{index}"
                 rank = rank_of(path)
                 rank = 0 if rank is None else rank
+                if selected is not None and not selected.has_rank(rank):
+                    continue
                 ranks = found.setdefault(folder, {})
                 if rank in ranks:
                     raise ValueError(f"{ranks[rank]} and {path} both hold rank {rank}")
@@ -96,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 1
-    output = args.output or profs[0] / "kineto"
+    output = args.output or Path("kineto")
     try:
-        found = gather(profs, output, set(args.iteration) if args.iteration else None)
+        found = gather(profs, output, set(args.iteration) if args.iteration else None, selection(args))
     except (OSError, ValueError) as exc:
         print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 1

@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_prof_dir(p)
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="the merged file (default: merged.json, or merged.pftrace for the native format, in "
-                        "the PROF_ directory); a .gz name is gzip-compressed; - for standard output")
+                        "the current folder: commands never write into a profile but its own msprof "
+                        "files); a .gz name is gzip-compressed; - for standard output")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="json: Chrome-trace JSON; perfetto: a native Perfetto trace (protobuf, needs "
                         "jobprof[perfetto]); auto (default): what the output name says, else JSON up to "
@@ -51,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = merge(prof, args.output, how=args.align, ranks=ranks, iterations=iterations,
                        progress=lambda todo, n: progress(todo, total=n, desc="merge", unit="file"),
-                       fmt=args.format)
+                       fmt=args.format, folder=Path.cwd())
     except (MergeError, fsio.CannotWrite) as exc:
         print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2 if isinstance(exc, fsio.UnsafePath) else 1

@@ -59,6 +59,10 @@ def _pct(value: float | None) -> str:
     return text(value, PCT)
 
 
+#: the finding about jobprof's own time (jobprof.analysis.findings, the "profiler" part)
+OWN_COST = "profiler"
+
+
 def render(model: dict[str, Any]) -> str:
     """The model as terminal text.
 
@@ -118,9 +122,15 @@ def render(model: dict[str, Any]) -> str:
         rows = [section["rows"][i] for i in kept]
         out += ["", section["title"], tabulate(rows, headers=section["headers"], missingval="N/A")]
         out += [f"  note: {n}" for n in notes]
-    if model["findings"]:
+    # the job's findings first; the profiler's own cost apart, on its own line, so the first
+    # answer is about the job, never about jobprof
+    job = [f for f in model["findings"] if f["key"] != OWN_COST]
+    own = [f for f in model["findings"] if f["key"] == OWN_COST]
+    if job:
         out += ["", "Findings"]
-        out += [f"  {i}. {f['text']}" for i, f in enumerate(model["findings"], 1)]
+        out += [f"  {i}. {f['text']}" for i, f in enumerate(job, 1)]
+    if own:
+        out += ["", "jobprof's own cost"] + [f"  {f['text']}" for f in own]
     if model["missing"]:
         out += ["", "Missing"] + [f"  - {m}" for m in model["missing"]]
     if not ranks and not model["sections"]:

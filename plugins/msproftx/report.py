@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -14,11 +15,32 @@ TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable
 
 
+#: durations are kept as counts per logarithmic bucket (each 2% wide): the median and p95 of a
+#: range's durations, over every rank, within 1%, in memory bounded by the range of durations
+#: (not their number: a range ended once per iteration of a long run)
+BUCKET = math.log(1.02)
+
+
+def _bucket(ns: int) -> int:
+    return round(math.log(max(ns, 1)) / BUCKET)
+
+
+def _quantile(histogram: dict[int, int], q: float) -> float:
+    """The nearest-rank quantile ``q`` of the durations in ``histogram`` (ms; bucket centre)."""
+    total = sum(histogram.values())
+    rank, seen = max(1, math.ceil(q * total)), 0
+    for bucket in sorted(histogram):
+        seen += histogram[bucket]
+        if seen >= rank:
+            return math.exp(bucket * BUCKET) / 1e6
+    return math.nan  # not reached: rank <= total
+
+
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
-    """This device's ranges and markers: ``ranges``, one ``[message, domain, count, total ns]``
-    per (message, domain) in the order first seen, and ``marks``, how many markers; None
-    without either."""
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
+    """This device's ranges and markers: ``ranges``, one ``[message, domain, count, total ns,
+    {bucket: count}]`` per (message, domain) in the order first seen, and ``marks``, how many
+    markers; None without either."""
+    totals: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, 0, defaultdict(int)])
     marks = 0
     for _, _, record in profile.typed(TxRecord, device):
         if record.is_marker:
@@ -27,35 +49,49 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         entry = totals[(record.message, record.domain or "")]
         entry[0] += 1
         entry[1] += record.end_ns - record.start_ns
+        entry[2][_bucket(record.end_ns - record.start_ns)] += 1
     if not totals and not marks:
         return None
-    return {"ranges": [[message, domain, *values] for (message, domain), values in totals.items()],
+    return {"ranges": [[message, domain, count, ns, {str(b): n for b, n in histogram.items()}]
+                       for (message, domain), (count, ns, histogram) in totals.items()],
             "marks": marks}
 
 
 def marker_sections(profile: Profile) -> list[Section]:
     # across every rank: devices in order, each one's ranges in the order first seen, as one
     # pass over the records would meet them (so ties rank the same)
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])  # count, ns
+    totals: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, 0, defaultdict(int)])
     marks = 0
     for device in profile.devices:
         facts = profile.facts("msproftx", device, rank_facts)
         if not facts:
             continue
         marks += facts["marks"]
-        for message, domain, count, ns in facts["ranges"]:
+        for message, domain, count, ns, *histogram in facts["ranges"]:
             entry = totals[(message, domain)]
             entry[0] += count
             entry[1] += ns
+            for bucket, n in (histogram[0] if histogram else {}).items():
+                entry[2][int(bucket)] += n
     if not totals and not marks:
         return []
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
     short = lambda text: text if len(text) <= WIDTH else text[:WIDTH - 3] + "..."  # noqa: E731
-    rows = [[short(message), domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}"]
-            for (message, domain), (count, ns) in ranked[:TOP]]
+
+    def spread(histogram: dict[int, int], count: int) -> list[str]:
+        if sum(histogram.values()) != count:  # a facts file written before histograms: unknown
+            return ["N/A", "N/A"]
+        return [f"{_quantile(histogram, 0.5):.3f}", f"{_quantile(histogram, 0.95):.3f}"]
+
+    rows = [[short(message), domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}",
+             *spread(histogram, count)]
+            for (message, domain), (count, ns, histogram) in ranked[:TOP]]
     notes = [f"{marks} marker(s) (instants) not shown"] if marks else []
     if len(ranked) > TOP:
         notes.append(f"{len(ranked) - TOP} more range name(s) in the msprof_tx files")
     notes.append("nested ranges are counted in full in each level, so totals may exceed the run")
+    notes.append("median and p95 beside the mean: a first call's warm-up moves the mean alone "
+                 "(within 1%: durations kept in 2% buckets)")
     return [Section("Markers (msproftx): top ranges by total time",
-                    ["message", "domain", "count", "total ms", "mean ms"], rows, notes, key="markers")]
+                    ["message", "domain", "count", "total ms", "mean ms", "median ms", "p95 ms"], rows, notes,
+                    key="markers")]

@@ -23,11 +23,15 @@ from jobprof.analysis.report.svg import (
     legend,
     nice_ticks,
     open_svg,
+    tick_label,
     x_axis,
     y_axis,
 )
+from jobprof.plugin.values import STEP_MODE_MODEL_ID
 
 MAX_BARS = 300
+#: the breakdown chart's scale stops at this many times the median bar (taller bars are cut)
+CUT_AT = 3.0
 #: one colour per part of the iteration, in painting order
 PART_COLOURS = dict(zip(PARTS, ("#CC79A7", "#E69F00", "#D55E00", "#0072B2", "#009E73", "#999999"),
                         strict=True))
@@ -67,14 +71,21 @@ def breakdown(model: dict[str, Any], ranks: Collection[int] | None = None) -> st
             by_rank.setdefault(row["rank"], []).append(row)
     if not by_rank:
         return ""
-    # the scale of what is drawn (bars are means when binned), so one outlier does not flatten them
-    y_top = nice_ticks(max(_mean([r["iteration_ms"] for r in g]) or 0.0
-                           for rows in by_rank.values() for g in chunks(rows)))
+    # the scale of what is drawn (bars are means when binned), and at most CUT_AT times the
+    # median bar: one outlier (the first iteration's warm-up) would flatten the rest; a bar
+    # above the scale is cut, marked, and its value written above it
+    heights = sorted(_mean([r["iteration_ms"] for r in g]) or 0.0 for rows in by_rank.values()
+                     for g in chunks(rows))
+    highest, typical = heights[-1], heights[len(heights) // 2]
+    y_top = nice_ticks(min(highest, CUT_AT * typical) if typical > 0 else highest)
+    limit = y_top[-1]
     known = [p for p in PARTS if any(r[f"{p}_ms"] is not None for rows in by_rank.values() for r in rows)]
     out = [legend([(PART_COLOURS[p], LABELS[p]) for p in known]
                   + [("#ffffff", f"{LABELS[p]}: N/A") for p in PARTS if p not in known])]
+    devices = {r["rank"]: r["device"] for r in model["ranks"]}
     for rank, rows in sorted(by_rank.items()):
         frame = Frame(y_top[-1])
+        cut_any = False
         groups = chunks(rows)
         slot = frame.plot_w / len(groups)
         width = max(1.0, slot * 0.8)
@@ -85,22 +96,40 @@ def breakdown(model: dict[str, Any], ranks: Collection[int] | None = None) -> st
             x = frame.x(i / len(groups)) + (slot - width) / 2
             base = 0.0
             rects, tips = [], [f"{_span(group)}: {_mean([r['iteration_ms'] for r in group]):.3f} ms"]
+            if len(group) == 1 and rank in devices:  # where to look next: the iteration's timeline
+                device, index = devices[rank], group[0]["iteration"]
+                name = f"msprof_{device}_{STEP_MODE_MODEL_ID}_{index}.json"
+                tips.append(f"timeline device_{device}/timeline/{name}")
             for part in known:
                 value = _mean([r[f"{part}_ms"] for r in group])
                 tips.append(f"{LABELS[part]} {'N/A' if value is None else f'{value:.3f} ms'}")
-                if not value:
+                if not value or base >= limit:
+                    base += value or 0.0
                     continue
-                top, bottom = frame.y(base + value), frame.y(base)
+                top, bottom = frame.y(min(base + value, limit)), frame.y(base)
                 rects.append(f'<rect x="{x:.2f}" y="{top:.2f}" width="{width:.2f}" '
                              f'height="{bottom - top:.2f}" fill="{PART_COLOURS[part]}"/>')
                 base += value
-            svg.append(f'<g class="bar"><title>{escape("; ".join(tips))}</title>{"".join(rects)}</g>')
+            total = _mean([r["iteration_ms"] for r in group]) or 0.0
+            if total > limit * 1.0001:  # cut at the top of the scale: a zig-zag and the value
+                cut_any = True
+                y0 = frame.y(limit)
+                half = width / 2
+                rects.append(f'<path class="cut" d="M{x:.2f},{y0 + 4:.2f} l{half:.2f},-4 l{half:.2f},4" '
+                             'stroke="#ffffff" stroke-width="2" fill="none"/>'
+                             f'<text class="cut-value" x="{x + width / 2:.2f}" y="{y0 - 2:.2f}" '
+                             f'text-anchor="middle" font-size="9">{total:.0f}</text>')
+            cls = "bar cut" if total > limit * 1.0001 else "bar"
+            svg.append(f'<g class="{cls}"><title>{escape("; ".join(tips))}</title>{"".join(rects)}</g>')
         svg.append(x_axis(frame, index_ticks([g[0]["iteration"] for g in groups]), "iteration"))
         svg.append("</svg>")
         n = per_bar(len(rows))
         caption = (f"Rank {rank}: {len(rows)} iterations, "
                    + ("one bar per iteration" if n == 1 else f"one bar per {n} consecutive iterations (their "
                       f"mean), at most {MAX_BARS} bars") + "; the parts add up to the iteration time.")
+        if cut_any:
+            caption += (f" The scale stops at {tick_label(limit)} ms ({CUT_AT:g}x the median bar): taller "
+                        "bars are cut, their time (ms) written above them and in their tooltip.")
         out.append(_figure("".join(svg), caption))
     return "".join(out)
 

@@ -75,12 +75,25 @@ def _evidence(index: int, evidence: dict[str, Any]) -> str:
     return f'<div class="evidence">evidence: {"; ".join(parts)}</div>'
 
 
+#: the finding about jobprof's own time (jobprof.analysis.findings, the "profiler" part)
+OWN_COST = "profiler"
+
+
 def _findings(model: dict[str, Any]) -> str:
-    if not model["findings"]:
-        return '<h2 id="findings">Findings</h2><p class="note">No finding: nothing stood out.</p>'
-    items = "".join(f'<li data-finding-key="{escape(f["key"])}"><span class="text">{escape(f["text"])}</span>'
-                    f"{_evidence(i, f['evidence'])}</li>" for i, f in enumerate(model["findings"]))
-    return f'<h2 id="findings">Findings</h2><ol class="findings">{items}</ol>'
+    # the job's findings; jobprof's own cost apart, after them (the first answer is the job's)
+    every = list(enumerate(model["findings"]))
+    job = [(i, f) for i, f in every if f["key"] != OWN_COST]
+    own = [(i, f) for i, f in every if f["key"] == OWN_COST]
+    if not job:
+        html = '<h2 id="findings">Findings</h2><p class="note">No finding: nothing stood out.</p>'
+    else:
+        items = "".join(f'<li data-finding-key="{escape(f["key"])}"><span class="text">{escape(f["text"])}'
+                        f"</span>{_evidence(i, f['evidence'])}</li>" for i, f in job)
+        html = f'<h2 id="findings">Findings</h2><ol class="findings">{items}</ol>'
+    for i, f in own:
+        html += (f'<p class="own-cost" data-finding-key="{escape(f["key"])}"><b>jobprof\'s own cost:</b> '
+                 f'<span class="text">{escape(f["text"])}</span>{_evidence(i, f["evidence"])}</p>')
+    return html
 
 
 def _ranks(model: dict[str, Any]) -> str:
