@@ -169,22 +169,31 @@ def test_info_records_nothing_when_capture_is_off(runner: Runner) -> None:
     assert "task_trace" not in info["jobprof"]["plugins"]
 
 
-BREAKS_WINDOWS = """
-import glob, os, shutil, sys, time
+# what both jobs below share: the model, and the job's own cleanup taking jobprof's window
+# folder, a file taking its place
+BROKEN_WINDOWS_JOB = """
+import glob, os, shutil, sys, threading, time
 import torch
 from torch import nn
 torch.manual_seed(0)
 model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def take_the_window_folder():
+    [kineto] = glob.glob(os.path.join(sys.argv[1], "PROF_*", "device_0", "data", "kineto"))
+    shutil.rmtree(kineto)
+    open(kineto, "w").close()
+"""
+
+BREAKS_WINDOWS = BROKEN_WINDOWS_JOB + """
 for i in range(10):
     opt.zero_grad()
     model(torch.randn(8, 16)).sum().backward()
     opt.step()
-    if i == 4:  # the job's own cleanup takes jobprof's window folder, and a file takes its place
+    if i == 4:
         time.sleep(0.3)  # the sink has written the first windows
-        [kineto] = glob.glob(os.path.join(sys.argv[1], "PROF_*", "device_0", "data", "kineto"))
-        shutil.rmtree(kineto)
-        open(kineto, "w").close()
+        take_the_window_folder()
 print("DONE")
 """
 
@@ -211,10 +220,7 @@ def test_a_broken_operator_capture_is_said_once_and_listed_as_missing(runner: Ru
     assert f"operator capture was disabled from iteration {disabled['iteration']} on every rank" in missing
 
 
-BREAKS_AT_EXIT = """
-import glob, os, shutil, sys, threading, time
-import torch
-from torch import nn
+BREAKS_AT_EXIT = BROKEN_WINDOWS_JOB + """
 from jobprof.runtime import sink as sink_module
 
 slow, inside = threading.Event(), threading.Event()
@@ -230,9 +236,6 @@ def flush_raw(self):
 
 
 sink_module.Sink._flush_raw = flush_raw
-torch.manual_seed(0)
-model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
 for i in range(10):
     opt.zero_grad()
     model(torch.randn(8, 16)).sum().backward()
@@ -240,9 +243,7 @@ for i in range(10):
         time.sleep(0.3)
         slow.set()
         inside.wait(10)
-        [kineto] = glob.glob(os.path.join(sys.argv[1], "PROF_*", "device_0", "data", "kineto"))
-        shutil.rmtree(kineto)
-        open(kineto, "w").close()
+        take_the_window_folder()
     opt.step()
 print("DONE")
 """

@@ -92,7 +92,7 @@ def assemble(prof: Path, stamp: str | None = None,
                 _statistic(devices, out, problems, step)
             else:
                 _concatenate(devices, out, problems, step,
-                             fill=_op_states if name in OP_STATE_TABLES else None)
+                             fill=_OpStates if name in OP_STATE_TABLES else None)
             files.update(out.close())
         for name, devices in timelines.items():
             path = stage / f"{name}_{stamp}.json"
@@ -263,7 +263,7 @@ def _number(cell: str) -> float | None:
         return None
 
 
-#: tables with an ``OP State`` column, filled by :func:`_op_states` when assembled
+#: tables with an ``OP State`` column, filled by :class:`_OpStates` when assembled
 OP_STATE_TABLES = ("op_summary",)
 OP_STATE, OP_NAME, INPUT_SHAPES = "OP State", "Op Name", "Input Shapes"
 
@@ -326,10 +326,6 @@ class _OpStates:
             csv.writer(buffer, lineterminator="\n").writerow(cells)
             out.append((cells, buffer.getvalue()))
         return out
-
-
-def _op_states(paths: list[Path]) -> _OpStates:
-    return _OpStates(paths)
 
 
 def _concatenate(devices: dict[int, list[Path]], out: _Sliced, problems: list[str],

@@ -279,9 +279,14 @@ def _side_json(side: Side, specs: list[DiffTable]) -> dict[str, Any]:
     return out
 
 
+def overall(iterations: list[dict[str, Any]]) -> dict[str, Any]:
+    """The iteration-time row of every rank pooled (the verdict's and the CI gate's)."""
+    return next(r for r in iterations if r["rank"] is None and r["part"] == "iteration")
+
+
 def _verdict(iterations: list[dict[str, Any]], named: DiffTable | None,
              rows: list[dict[str, Any]] | None) -> str:
-    it = next(r for r in iterations if r["rank"] is None and r["part"] == "iteration")
+    it = overall(iterations)
     a, b, pct = it["a"]["median"], it["b"]["median"], it["delta_pct"]
     signed = f", {pct:+.1f}%" if pct is not None else ""
     if it["change"] in ("slower", "faster"):

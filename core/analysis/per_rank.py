@@ -35,7 +35,7 @@ from typing import Any
 import attrs
 
 from jobprof.analysis import cann8
-from jobprof.analysis.merge import load_events, read_sources
+from jobprof.analysis.merge import RankSource, load_events, read_sources
 from jobprof.files import fsio
 from jobprof.files.profdir import iteration_files
 
@@ -76,9 +76,9 @@ class _Call:
     ranks: tuple[int, ...]
 
 
-def _calls(prof: Path) -> Iterator[_Call]:
+def _calls(sources: Iterable[RankSource]) -> Iterator[_Call]:
     """Every collective of every rank, from the hccl plugin's per-iteration timelines."""
-    for source in read_sources(prof):
+    for source in sources:
         base_us = source.time_base_ns / 1000
         for file in iteration_files(source.path, "timeline", HCCL):
             for event in load_events(file.path):
@@ -118,12 +118,12 @@ def op_key(call: _Call) -> str:
 def _time_info(call: _Call, wait_us: float) -> dict[str, Any]:
     elapse, wait = call.dur_us / 1000, wait_us / 1000
     transit = max(0.0, elapse - wait)
+    ratio = round(wait / (wait + transit), 4) if wait + transit else 0.0
     return {"Start Timestamp(us)": round(call.start_us, 3), "Elapse Time(ms)": round(elapse, 6),
             "Transit Time(ms)": round(transit, 6), "Wait Time(ms)": round(wait, 6),
             # the wait here is all synchronisation (peers not there yet); nothing idles after it
             "Synchronization Time(ms)": round(wait, 6), "Idle Time(ms)": 0.0,
-            "Wait Time Ratio": round(wait / (wait + transit), 4) if wait + transit else 0.0,
-            "Synchronization Time Ratio": round(wait / (wait + transit), 4) if wait + transit else 0.0}
+            "Wait Time Ratio": ratio, "Synchronization Time Ratio": ratio}
 
 
 def _bandwidth(call: _Call, wait_us: float) -> dict[str, Any]:
@@ -145,7 +145,7 @@ def split(prof: Path, out: Path) -> Split:
     sources = read_sources(prof)
     if not sources:
         raise ValueError(f"{prof} has no device_<id> folders")
-    calls = list(_calls(prof))
+    calls = list(_calls(sources))
     waits, unpaired = _waits(calls)
     out.mkdir(mode=fsio.DIR_MODE)
     folders = []
@@ -218,8 +218,7 @@ def _add_wait_tasks(rank_prof: Path, calls: list[_Call], waits: dict[tuple[int, 
     # CANN 7's name of the process: MindInsight reads collectives only from "HCCL";
     # msprof-analyze reads either
     named["args"] = {**named["args"], "name": "HCCL"}
-    # the assembled timeline's ts is µs since its own base: the earliest device's, this one's
-    out_base = base_us
+    # the assembled timeline's ts is µs since its own base: its one device's (base_us)
     tids = [e.get("tid", 0) for e in events if e.get("pid") == pid and isinstance(e.get("tid"), int)]
     indices = [(e.get("args") or {}).get("sort_index") for e in events
                if e.get("pid") == pid and e.get("name") == "thread_sort_index"]
@@ -232,7 +231,7 @@ def _add_wait_tasks(rank_prof: Path, calls: list[_Call], waits: dict[tuple[int, 
     derived = "derived by jobprof: the wait for the group's last rank to start this collective"
     for call in calls:
         wait = waits[(call.rank, call.group, call.seq)]
-        ts = round(call.start_us - out_base, 3)
+        ts = round(call.start_us - base_us, 3)
         added.append({"ph": "X", "pid": pid, "tid": plane, "name": "Notify_Wait", "ts": ts,
                       "dur": round(wait, 3), "args": {"derived": derived, "op": op_key(call)}})
         added.append({"ph": "X", "pid": pid, "tid": plane, "name": "Transit", "ts": round(ts + wait, 3),
@@ -243,7 +242,6 @@ def _add_wait_tasks(rank_prof: Path, calls: list[_Call], waits: dict[tuple[int, 
     for tid in sorted(set(tids) - sorted_tids):
         added.append({"ph": "M", "pid": pid, "tid": tid, "name": "thread_sort_index",
                       "args": {"sort_index": tid}})
-    staged = path.with_name(f".{path.name}.new")
-    with fsio.create(staged, root=rank_prof) as handle:
-        json.dump(events + added, handle)
-    staged.replace(path)
+    with fsio.StreamedFile(path, root=rank_prof) as out:
+        json.dump(events + added, out.handle)
+        out.finish()

@@ -163,7 +163,7 @@ def regression(model: dict[str, Any], limit: float | None) -> int:
     beyond noise, by more than ``limit`` percent; else 0."""
     if limit is None:
         return 0
-    it = next(r for r in model["iteration"] if r["rank"] is None and r["part"] == "iteration")
+    it = diff.overall(model["iteration"])
     pct = it["delta_pct"]
     if it["change"] == "slower" and pct is not None and pct > limit:
         print(printable(f"jobprof: regression: B's median iteration is {pct:.1f}% slower than A's "

@@ -111,7 +111,8 @@ def breakdown(model: dict[str, Any], ranks: Collection[int] | None = None) -> st
                              f'height="{bottom - top:.2f}" fill="{PART_COLOURS[part]}"/>')
                 base += value
             total = _mean([r["iteration_ms"] for r in group]) or 0.0
-            if total > limit * 1.0001:  # cut at the top of the scale: a zig-zag and the value
+            cut = total > limit * 1.0001
+            if cut:  # cut at the top of the scale: a zig-zag and the value
                 cut_any = True
                 y0 = frame.y(limit)
                 half = width / 2
@@ -119,7 +120,7 @@ def breakdown(model: dict[str, Any], ranks: Collection[int] | None = None) -> st
                              'stroke="#ffffff" stroke-width="2" fill="none"/>'
                              f'<text class="cut-value" x="{x + width / 2:.2f}" y="{y0 - 2:.2f}" '
                              f'text-anchor="middle" font-size="9">{total:.0f}</text>')
-            cls = "bar cut" if total > limit * 1.0001 else "bar"
+            cls = "bar cut" if cut else "bar"
             svg.append(f'<g class="{cls}"><title>{escape("; ".join(tips))}</title>{"".join(rects)}</g>')
         svg.append(x_axis(frame, index_ticks([g[0]["iteration"] for g in groups]), "iteration"))
         svg.append("</svg>")
