@@ -263,3 +263,30 @@ def test_a_capture_broken_while_the_job_ends_does_not_hang_it(runner: Runner) ->
     assert len(list((device / "summary").glob("step_trace_*.csv"))) == 10
     [disabled] = json.loads((device / "info.json.0").read_text())["jobprof"]["disabled"]
     assert disabled["what"] == "operator capture" and disabled["iteration"] == 10
+
+
+def test_the_window_offset_ignores_a_preemption_between_the_clock_reads(monkeypatch) -> None:
+    """Kineto stamps the wall clock, every other stream the monotonic one: the offset taken at
+    each cut maps a whole window.  A thread preempted between the two reads (tens of us on a
+    loaded CI machine) shifted every operator of that window off its counter records (CI run
+    of stop 45, torch 2.9.1 leg); the tightest of several bracketed samples is used instead."""
+    from jobprof.plugin import clock
+
+    true_offset = 1_700_000_000_000_000_000
+    now = [5_000_000]
+    # (monotonic before, wall, monotonic after) gaps: the first sample preempted for 40 us
+    delays = iter([40_000, 300, 250, 260, 400, 350, 270, 280, 290, 300])
+
+    def monotonic_ns() -> int:
+        now[0] += 100
+        return now[0]
+
+    def time_ns() -> int:
+        now[0] += next(delays)  # the thread sleeps before the wall read
+        return now[0] + true_offset
+
+    monkeypatch.setattr(clock.time, "monotonic_ns", monotonic_ns)
+    monkeypatch.setattr(clock.time, "time_ns", time_ns)
+    offset = clock.wall_minus_monotonic_ns()
+    # the chosen bracket is 100 + 250 + 100 ns wide: its midpoint is within half of it
+    assert abs(offset - true_offset) <= 225

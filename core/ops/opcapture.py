@@ -46,6 +46,7 @@ import attrs
 from jobprof.ops import atfork, memwarn, torchapi
 
 # the record layout is the contract's declaration (jobprof.plugin.records, "core streams")
+from jobprof.plugin.clock import wall_minus_monotonic_ns
 from jobprof.plugin.records import OPS_STREAM
 
 #: the core's stream of operator records (one JSON list per event, its fields declared in
@@ -380,7 +381,7 @@ class OpCapture:
                 self._end(blocks)
                 if self.paused:  # Kineto is off (sampling): no window is open
                     raise LookupError
-                offset = time.time_ns() - time.monotonic_ns()
+                offset = wall_minus_monotonic_ns()
                 result = self._autograd._disable_profiler()
                 self._python_flag(False)  # the program's profiler sets it again
                 # kept: iterations handed over before the program's profiler took over get
@@ -474,7 +475,7 @@ class OpCapture:
         """End the window; open the next one (``pause``: not yet, see :meth:`_resume`)."""
         blocks = self._open_blocks()
         self._end(blocks)  # end them in the old window: Kineto cannot carry them across
-        offset = time.time_ns() - time.monotonic_ns()
+        offset = wall_minus_monotonic_ns()
         result = self._autograd._disable_profiler()
         self._cut_ns = time.monotonic_ns()
         began, self._window_ns = self._window_ns, self._cut_ns

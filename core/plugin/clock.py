@@ -85,6 +85,25 @@ TIME_BASE_ENV = "JOBPROF_TIME_BASE_NS"
 _SECOND = 1_000_000_000
 
 
+def wall_minus_monotonic_ns(samples: int = 5) -> int:
+    """``time.time_ns() - time.monotonic_ns()`` at one instant, to a few hundred ns.
+
+    A single difference of two calls is off by however long the thread was preempted between
+    them (tens of us to ms on a loaded machine), which shifts a whole window of Kineto events
+    against the records taken on the monotonic clock.  Each sample brackets the wall read by
+    two monotonic reads; the tightest bracket wins and its midpoint is used.
+    """
+    best_gap, best = -1, 0
+    for _ in range(samples):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        gap = after - before
+        if best_gap < 0 or gap < best_gap:
+            best_gap, best = gap, wall - (before + after) // 2
+    return best
+
+
 def own_base(anchor: ClockAnchor) -> int:
     """The base of a process that inherited none: its anchor's second (also the fallback for
     profiles written before the base was recorded)."""
