@@ -441,3 +441,49 @@ def test_conv2d_cube_work_comes_from_its_recorded_stride_and_padding_and_unknown
     empty = dict(zip(pipe.COLUMNS, pipe.values(conv, {}), strict=True))
     assert empty["mac_time(us)"] == empty["mac_ratio"] == empty["memory_bound"] == "N/A"
     assert empty["aicore_time(us)"] == f"{conv.dur / 1000:.3f}"
+
+
+@pytest.mark.parametrize("group", ["PipeUtilization", "Memory"])
+def test_summary_shows_the_group_per_operator_type_as_op_summary_has_it(exported, group):
+    """summary --json (and the report, same section) pools the group per OP Type; recomputed here
+    from the op_summary CSVs the export wrote: ratios and bandwidths time-weighted by Task
+    Duration, N/A where a call had none, columns without a source left out and named."""
+    devices, _ = exported
+    device = devices[group]
+    out = jobprof_cli("summary", str(device.parent), "--json")
+    section = json.loads(out.stdout)["sections"]["aic_metrics"]
+    assert section["title"] == f"aic_metrics: {group} per operator type"
+    per_type: dict[str, list[dict[str, str]]] = {}
+    for row in rows(device):
+        per_type.setdefault(row["OP Type"], []).append(row)
+    shown = section["headers"][4:]
+    assert "aicore_time(us)" not in shown and not [c for c in shown if c.endswith("(us)")]
+    for column in GROUPS[group]:
+        if column.endswith("(us)") or column in shown:
+            continue
+        assert all(r[column] == "N/A" for r in rows(device)), f"{column} has values but is not shown"
+        assert any(column in note for note in section["notes"])
+    for cells in section["rows"]:
+        calls = per_type[cells[0]]
+        assert cells[1] == len(calls)
+        durations = [float(r["Task Duration(us)"]) for r in calls]
+        assert cells[2] == pytest.approx(sum(durations) / 1000, abs=2e-3)
+        for column, value in zip(shown, cells[4:], strict=True):
+            if column == "memory_bound":
+                continue  # from the pooled ratios, checked below
+            values = [r[column] for r in calls]
+            if "N/A" in values:
+                assert value is None, (cells[0], column)
+                continue
+            expected = sum(float(v) * d for v, d in zip(values, durations, strict=True)) / sum(durations)
+            # the CSV rounds each value to 3 decimals; the section pools unrounded values
+            assert value == pytest.approx(expected, rel=0.01, abs=2e-3), (cells[0], column)
+    if group == "PipeUtilization":
+        mm = next(c for c in section["rows"] if c[0] == "mm")
+        ratios = dict(zip(shown, mm[4:], strict=True))
+        # from the shown ratios, each rounded to 3 decimals (+-0.0005)
+        mte2, compute = ratios["mte2_ratio"], max(ratios["mac_ratio"], ratios["vec_ratio"])
+        assert ratios["mac_ratio"] > 0
+        if compute > 1e-3:  # a loaded machine can make the shown ratio too coarse for a bound
+            low, high = (mte2 - 5e-4) / (compute + 5e-4), (mte2 + 5e-4) / (compute - 5e-4)
+            assert low - 5e-4 <= ratios["memory_bound"] <= high + 5e-4

@@ -42,6 +42,9 @@ is still the old version's):
   ``ai_core_num`` and ``aic_frequency`` (machine facts, masked by rule 3); the step_trace
   timeline's span args are in ns as CANN writes them (``Iteration Time(ns)``, ``FP_BP Time(ns)``,
   ``Iteration Refresh(ns)``; the CSV columns stay in µs).
+- issue 35 (the first hour): ``aic_metrics`` answers ``jobprof_rank_facts`` (its group per
+  operator type for summary/report): the facts files name it among the plugins asked, and the
+  mlp case, where PipeUtilization is on, among those that answered.
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import Config, MetricSet, PluginSession, hookimpl
 from jobprof.plugins.aic_metrics import (
@@ -48,6 +48,10 @@ from jobprof.plugins.aic_metrics import (
     pipe_utilization,
     resource_conflict_ratio,
 )
+from jobprof.plugins.aic_metrics.report import aic_metrics_sections, rank_facts
+
+if TYPE_CHECKING:
+    from jobprof.plugin import Profile
 
 #: the built-in groups by ``aic_metrics`` value, msprof's default first
 GROUPS: Mapping[str, _group.Group] = MappingProxyType({spec.name: spec for spec in (
@@ -88,3 +92,14 @@ def jobprof_session_start(session: PluginSession) -> None:
     group = _chosen(session.config)
     if group is not None:
         group.start(session)
+
+
+@hookimpl
+def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+    """The chosen group's values pooled per operator type (:mod:`.report`)."""
+    return rank_facts(profile, device, GROUPS)
+
+
+@hookimpl
+def jobprof_report_sections(profile: Profile) -> list:
+    return aic_metrics_sections(profile, GROUPS)
