@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import random
+import re
 from pathlib import Path
 
 import pytest
@@ -195,6 +198,9 @@ def test_cli_text_json_top_and_selection(profiles: dict[str, Path]) -> None:
     assert "Iteration time (ms" in text.stdout and "Operator types per iteration" in text.stdout
     table = text.stdout.split("Operator types per iteration")[1].split("\n\n")[0].splitlines()
     assert len(table) == 3 + 3 and table[3].split()[0] == "mm"  # title, header, rule, 3 rows
+    # each operator row shows its noise: both sides' median per iteration with its 95% interval
+    assert "A median ms (95% CI)" in table[1] and "B median ms (95% CI)" in table[1]
+    assert re.search(r"\d\.\d{3} \(\d\.\d{3}-\d\.\d{3}\)", table[3]), table[3]
 
     proc = jobprof_cli("diff", a, b, "--json", "--top", "2", "--iterations", "3-10", "--iterations-b", "5-")
     assert proc.returncode == 0, proc.stderr
@@ -211,7 +217,10 @@ def test_cli_text_json_top_and_selection(profiles: dict[str, Path]) -> None:
     assert set(row) == {"rank", "op_type", "core_type", "a", "b", "delta_calls_per_iteration",
                         "delta_ms_per_iteration", "delta_pct", "change"}
     assert set(row["b"]) == {"calls_per_iteration", "ms_per_iteration", "median_ms_per_iteration",
-                             "us_per_call"}
+                             "median_ci95_ms_per_iteration", "us_per_call"}
+    for side in (row["a"], row["b"]):  # 8 and 20 iterations: each side has its median's interval
+        low, high = side["median_ci95_ms_per_iteration"]
+        assert low <= side["median_ms_per_iteration"] <= high
     parts = [r["part"] for r in model["iteration"]]
     assert parts == ["iteration", "profiler", "data_wait", "communication_not_overlapped",
                      "forward_backward", "refresh", "free"]
@@ -367,3 +376,32 @@ def test_plugin_tables_keep_their_owner_and_notes(profiles: dict[str, Path]) -> 
     assert row["change"] == "unchanged" and row["a"] == {"calls_per_iteration": 1 / STEPS_A,
                                                          "ms_per_iteration": 0.001 / STEPS_A}
     assert "\nMarks\nmark " in render(same, diff.tables(side, side), None)
+
+
+def test_a_shift_inside_the_iterations_spread_is_not_a_change() -> None:
+    """Mean and median moved past both thresholds, yet the medians' 95% intervals overlap: the
+    row is unchanged; apart, it is slower."""
+    def side(ms: float, low: float, high: float) -> dict:
+        return {"calls_per_iteration": 1.0, "ms_per_iteration": ms, "median_ms_per_iteration": ms,
+                "median_ci95_ms_per_iteration": [low, high]}
+
+    a = side(1.0, 0.6, 1.4)
+    assert diff._row({}, a, side(1.3, 1.1, 1.9), "calls_per_iteration")["change"] == "unchanged"
+    assert diff._row({}, a, side(1.3, 1.45, 1.9), "calls_per_iteration")["change"] == "slower"
+    assert diff._row({}, a, side(0.7, 0.2, 0.55), "calls_per_iteration")["change"] == "faster"
+    few = {**side(1.3, 0, 0), "median_ci95_ms_per_iteration": None}  # under 6 iterations: no interval
+    assert diff._row({}, a, few, "calls_per_iteration")["change"] == "slower"
+
+
+def test_the_median_interval_is_exact_and_distribution_free() -> None:
+    from jobprof.analysis.stats import median_interval
+
+    assert median_interval([1, 2, 3, 4, 5]) is None  # [min, max] covers 94%: too few
+    assert median_interval([6, 1, 5, 2, 4, 3]) == (1, 6)  # covers 1 - 2/64 = 96.9%
+    assert median_interval(list(range(1, 17))) == (4, 13)  # 1 - 2 P(Bin(16, 1/2) <= 3) = 97.9%
+    rng = random.Random(0)
+    median = math.log(2)  # of the unit exponential
+    for n in (30, 1000):  # exact below 400 values, the normal approximation above
+        covered = sum(low <= median <= high for low, high in
+                      (median_interval([rng.expovariate(1) for _ in range(n)]) for _ in range(400)))
+        assert 0.93 <= covered / 400 <= 1.0

@@ -26,7 +26,7 @@ from jobprof.analysis import breakdown, facts
 from jobprof.analysis.facts import Progress
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection, narrowed
-from jobprof.analysis.stats import p95
+from jobprof.analysis.stats import median_interval, p95
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.results import DiffCount, DiffTable
 
@@ -220,7 +220,12 @@ def _entry(spec: DiffTable, count: DiffCount | None, iterations: int) -> dict[st
     entry["ms_per_iteration"] = count.time / _PER_MS[spec.time_unit] / iterations
     if count.series is not None:
         series = [*count.series, *[0.0] * (iterations - len(count.series))]
-        entry["median_ms_per_iteration"] = statistics.median(series) / _PER_MS[spec.time_unit]
+        per_ms = _PER_MS[spec.time_unit]
+        entry["median_ms_per_iteration"] = statistics.median(series) / per_ms
+        interval = median_interval(series)
+        # the noise of the row: where the median of its per-iteration times lies (95%)
+        entry["median_ci95_ms_per_iteration"] = None if interval is None else \
+            [interval[0] / per_ms, interval[1] / per_ms]
     if spec.per_call:
         entry["us_per_call"] = count.time / _PER_US[spec.time_unit] / count.calls if count.calls else None
     return entry
@@ -238,6 +243,13 @@ def _row(head: dict[str, Any], ea: dict[str, Any] | None, eb: dict[str, Any] | N
             and "median_ms_per_iteration" in ea and \
             change(ea["median_ms_per_iteration"], eb["median_ms_per_iteration"], OPERATOR_MS) != verdict:
         verdict = "unchanged"
+    # ... and the two medians' 95% intervals must not overlap, where both sides ran enough
+    # iterations for one: a shift inside the iterations' own spread is not called a change
+    if verdict in ("slower", "faster") and ea is not None and eb is not None \
+            and ea.get("median_ci95_ms_per_iteration") and eb.get("median_ci95_ms_per_iteration"):
+        (alo, ahi), (blo, bhi) = ea["median_ci95_ms_per_iteration"], eb["median_ci95_ms_per_iteration"]
+        if not (blo > ahi if verdict == "slower" else bhi < alo):
+            verdict = "unchanged"
     return {**head, "a": ea, "b": eb,
             f"delta_{count_key}": (eb[count_key] if eb else 0.0) - (ea[count_key] if ea else 0.0),
             "delta_ms_per_iteration": (tb or 0.0) - (ta or 0.0), "delta_pct": _pct(ta, tb),

@@ -74,13 +74,14 @@ def _title(spec: DiffTable, model: dict[str, Any], shown: int, total: int) -> st
         return spec.title
 
 
-def _table_headers(spec: DiffTable, per_rank: bool) -> list[str]:
+def _table_headers(spec: DiffTable, per_rank: bool, noise: bool) -> list[str]:
     return [*(["rank"] if per_rank else []), *spec.headers, "A calls", "B calls",
             *(["Δ calls"] if spec.per_call else []), *(["A MB", "B MB"] if spec.sizes else []),
-            "A ms", "B ms", "Δ ms", "Δ %", *(["A µs/call", "B µs/call"] if spec.per_call else []), "change"]
+            "A ms", "B ms", "Δ ms", "Δ %", *(["A µs/call", "B µs/call"] if spec.per_call else []),
+            *(["A median ms (95% CI)", "B median ms (95% CI)"] if noise else []), "change"]
 
 
-def _table_row(spec: DiffTable, r: dict[str, Any], per_rank: bool) -> list[Any]:
+def _table_row(spec: DiffTable, r: dict[str, Any], per_rank: bool, noise: bool) -> list[Any]:
     a, b = r["a"], r["b"]
     return [*([r["rank"]] if per_rank else []), *(r[c] for c in spec.columns),
             _f(_get(a, "calls_per_iteration"), 2), _f(_get(b, "calls_per_iteration"), 2),
@@ -89,7 +90,21 @@ def _table_row(spec: DiffTable, r: dict[str, Any], per_rank: bool) -> list[Any]:
             _f(_get(a, "ms_per_iteration")), _f(_get(b, "ms_per_iteration")),
             _f(r["delta_ms_per_iteration"], sign=True), _f(r["delta_pct"], 1, sign=True),
             *([_f(_get(a, "us_per_call"), 1), _f(_get(b, "us_per_call"), 1)] if spec.per_call else []),
-            r["change"]]
+            *([_median(a), _median(b)] if noise else []), r["change"]]
+
+
+def _median(entry: dict[str, Any] | None) -> str:
+    """``median (95% interval)`` of a side's ms per iteration."""
+    if entry is None or entry.get("median_ms_per_iteration") is None:
+        return "N/A"
+    interval = entry.get("median_ci95_ms_per_iteration")
+    span = f" ({interval[0]:.3f}-{interval[1]:.3f})" if interval else " (N/A)"
+    return f"{entry['median_ms_per_iteration']:.3f}{span}"
+
+
+def _noise(rows: list[dict[str, Any]]) -> bool:
+    """Whether the table's rows carry a per-iteration series (their medians and intervals)."""
+    return any(e is not None and "median_ms_per_iteration" in e for r in rows for e in (r["a"], r["b"]))
 
 
 def render(model: dict[str, Any], specs: list[DiffTable], top: int | None) -> str:
@@ -113,13 +128,17 @@ def render(model: dict[str, Any], specs: list[DiffTable], top: int | None) -> st
         if not table:
             continue
         shown = table[:limit]
+        noise = _noise(shown)
         out += ["", _title(spec, model, len(shown), len(table)),
-                tabulate([_table_row(spec, r, per_rank) for r in shown],
-                         headers=_table_headers(spec, per_rank), disable_numparse=True)]
+                tabulate([_table_row(spec, r, per_rank, noise) for r in shown],
+                         headers=_table_headers(spec, per_rank, noise), disable_numparse=True)]
     t = model["thresholds"]
     notes = [*model["notes"],
              f"a change is slower/faster only beyond {100 * t['relative']:.0f}% and {t['iteration_ms']} ms "
-             f"(iteration, parts: median) or {t['operator_ms']} ms per iteration (operators, collectives)"]
+             f"(iteration, parts: median) or {t['operator_ms']} ms per iteration (operators, collectives); "
+             "an operator is slower/faster only when its per-iteration median moved the same way and the "
+             "two medians' 95% intervals (distribution-free, from the iterations' spread; N/A under 6 "
+             "iterations) do not overlap"]
     out += [""] + [f"  note: {n}" for n in notes]
     return "\n".join(out)
 
