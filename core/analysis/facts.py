@@ -93,10 +93,12 @@ def asked_plugins(manager: PluginManager) -> list[str]:
     return sorted(_implementers(manager, "jobprof_rank_facts"))
 
 
-Progress = Callable[[Iterable[Any], int | None, str], Iterable[Any]]
+#: ``(items, total, desc) -> items``; ``total`` is a count, None, or a function giving the count
+#: (called only by a progress that shows a bar: counting iterations reads the raw files once)
+Progress = Callable[[Iterable[Any], "int | Callable[[], int] | None", str], Iterable[Any]]
 
 
-def quiet(items: Iterable[Any], total: int | None, desc: str) -> Iterable[Any]:
+def quiet(items: Iterable[Any], total: int | Callable[[], int] | None, desc: str) -> Iterable[Any]:
     """The :data:`Progress` that shows nothing."""
     return items
 
@@ -176,7 +178,10 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
     ``known``: parts already computed, by iteration (their operator windows are not read)."""
     rank = profile.rank(device)
     known = known or {}
-    for index, streams in progress(profile.streams(device, skip_ops=known), None, f"rank {rank}"):
+    def total() -> int:
+        return profile.iteration_count(device)
+
+    for index, streams in progress(profile.streams(device, skip_ops=known), total, f"rank {rank}"):
         records = streams.get(rawstore.ITERATION_STREAM) or []
         if not records:
             continue

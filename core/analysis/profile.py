@@ -166,6 +166,12 @@ class Profile:
             self.records(rawstore.ITERATION_STREAM, device)
         return [Iteration.from_record(r) for r in records]
 
+    def iteration_count(self, device: int) -> int:
+        """How many selected iterations :meth:`streams` will give for ``device`` (for a progress
+        bar's total): each raw line's index read without decoding the line."""
+        indices = rawstore.indices(self._devices[device])
+        return sum(1 for index in indices if self.selection.has_iteration(index))
+
     def streams(self, device: int,
                 skip_ops: Container[int] = ()) -> Iterator[tuple[int, dict[str, list[Any]]]]:
         """Each selected iteration's raw streams as stored, ``(index, {stream: records})``: for

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.analysis.selection import Selection
-from jobprof.cli.progress import progress
+from jobprof.cli.progress import progress, shown
 from jobprof.files import rawstore
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
@@ -19,9 +19,15 @@ def new_manager() -> tuple[PluginManager, Reporter]:
     return PluginManager(reporter), reporter
 
 
-def progress_for() -> Callable[[Iterable[Any], int | None, str], Iterable[Any]]:
-    """A progress callback for :func:`jobprof.analysis.summary.summarize` (a bar on a terminal only)."""
-    return lambda items, total, desc: progress(items, total=total, desc=desc, unit="iteration")
+def progress_for() -> Callable[[Iterable[Any], Any, str], Iterable[Any]]:
+    """A progress callback for :func:`jobprof.analysis.summary.summarize` (a bar on a terminal only,
+    with its total: a count, or a function counting, called only when the bar is shown)."""
+    def show(items: Iterable[Any], total: int | Callable[[], int] | None, desc: str) -> Iterable[Any]:
+        if callable(total):
+            total = total() if shown() else None
+        return progress(items, total=total, desc=desc, unit="iteration")
+
+    return show
 
 
 def _ranks(text: str) -> list[int]:

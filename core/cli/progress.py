@@ -35,6 +35,15 @@ def bar(total: int | None = None, desc: str = "", unit: str = "it", leave: bool 
                 dynamic_ncols=sized, ncols=None if sized else 80, nrows=None if sized else 24)
 
 
+def shown() -> bool:
+    """Whether a bar is drawn (stderr is a terminal): work done only for the bar (counting a
+    total) is skipped otherwise."""
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _columns() -> int:
     """The terminal's width; 0 for a terminal that reports no size (a bare pseudo-terminal),
     where tqdm would draw nothing at all."""
