@@ -140,7 +140,7 @@ def test_sections_from_gathered_facts_equal_the_direct_ones(prof: Path, tmp_path
         patch.setattr(Profile, "_files", _no_raw)
         found = _sections(gathered)
     assert found == expected
-    (top,) = expected["task_trace"]
+    top, _shapes = expected["task_trace"]  # the top operators, their drill-down by input shapes
     (l2,) = expected["l2"]
     if variant == "op_statistic_missing":
         assert f"1 of {STEPS} iterations have no op_statistic file yet" in " ".join(top.notes)

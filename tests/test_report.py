@@ -207,7 +207,30 @@ def assert_sections(page: Any, model: dict[str, Any]) -> None:
         assert len(rows) == len(section["rows"]), key
         heads = page.eval_on_selector_all(f"section[data-section='{key}'] thead th",
                                           "els => els.map(e => e.textContent)")
+        if key == "operator_shapes":  # the drill-down: one collapsed block per operator type
+            assert_drill_down(page, section, heads)
+            continue
         assert heads == section["headers"], key
+
+
+def assert_drill_down(page: Any, section: dict[str, Any], heads: list[str]) -> None:
+    columns = section["columns"]
+    device, op_type = columns.index("device"), columns.index("op_type")
+    types = list(dict.fromkeys((r[device], r[op_type]) for r in section["rows"]))
+    blocks = page.query_selector_all("section[data-section='operator_shapes'] details")
+    assert len(blocks) == len(types)
+    own = [h for h, c in zip(section["headers"], columns, strict=True)
+           if c not in ("device", "op_type", "core_type")]
+    assert heads == own * len(types)
+    for block, (device, op) in zip(blocks, types, strict=True):
+        assert block.get_attribute("open") is None  # collapsed until clicked
+        summary = block.query_selector("summary").text_content()
+        assert summary.startswith(f"{op} (") and f"device {device})" in summary
+        assert not block.query_selector("table").is_visible()
+        block.query_selector("summary").click()
+        assert block.query_selector("table").is_visible()
+        cells = block.eval_on_selector_all("tbody td", "els => els.map(e => e.textContent)")
+        assert any(c.endswith(".json") and "/timeline/msprof_" in c for c in cells), cells
 
 
 def assert_missing(page: Any, model: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ a long run; the aic_metrics columns of op_summary."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections import defaultdict
@@ -310,16 +311,42 @@ def test_summary_lists_the_top_operators(plain):
     assert proc.returncode == 0, proc.stderr
     section = json.loads(proc.stdout)["sections"]["top_operators"]
     assert section["columns"] == ["device", "op_type", "core_type", "count", "total_ms", "mean_us",
-                                  "pct_of_task_time"]
+                                  "median_us", "p95_us", "pct_of_task_time"]
     rows = {(r[1], r[2]): r for r in section["rows"]}
     mm_rows = [r for path in plain.files("op_summary") for r in read_csv(path) if r["OP Type"] == "mm"]
-    device, _, _, count, total_ms, mean_us, _ = rows[("mm", "CPU")]
+    device, _, _, count, total_ms, mean_us, median_us, p95_us, _ = rows[("mm", "CPU")]
     assert (device, count) == (0, len(mm_rows))
     total = sum(us(r["Task Duration(us)"]) for r in mm_rows)
     assert abs(Decimal(str(total_ms)) - total / 1000) <= Decimal("0.001")
     assert abs(Decimal(str(mean_us)) - total / len(mm_rows)) <= Decimal("0.001")
-    shares = [float(r[6]) for r in section["rows"]]
+    # median and p95 beside the mean (nearest rank, kept in 2% buckets: within 1%)
+    durations = sorted(float(r["Task Duration(us)"]) for r in mm_rows)
+    median = durations[math.ceil(0.5 * len(durations)) - 1]
+    p95 = durations[math.ceil(0.95 * len(durations)) - 1]
+    assert median_us == pytest.approx(median, rel=0.011) and p95_us == pytest.approx(p95, rel=0.011)
+    shares = [float(r[8]) for r in section["rows"]]
     assert shares == sorted(shares, reverse=True) and all(0 <= s <= 100 for s in shares)
+
+    # the drill-down: the top types' calls by input shapes, each shape's slowest call and where it is
+    shapes = json.loads(proc.stdout)["sections"]["operator_shapes"]
+    drill = [dict(zip(shapes["columns"], r, strict=True)) for r in shapes["rows"]]
+    top_types = [r[1] for r in section["rows"][:5]]
+    assert [r["op_type"] for r in drill] == sorted((r["op_type"] for r in drill), key=top_types.index)
+    mm_drill = [r for r in drill if r["op_type"] == "mm"]
+    named = {r["input_shapes"] for r in mm_drill}
+    for row in mm_drill:  # at most 4 shapes, then the others pooled in one row
+        other = row["input_shapes"].startswith("(other shapes: ")
+        calls = [r for r in mm_rows if ((r["Input Shapes"] or "N/A") not in named if other else
+                                        (r["Input Shapes"] or "N/A") == row["input_shapes"])]
+        assert row["calls"] == len(calls) > 0
+        slowest = max(calls, key=lambda r: float(r["Task Duration(us)"]))
+        assert row["slowest_us"] == float(slowest["Task Duration(us)"])
+        where = [path for path in plain.files("op_summary") if slowest in read_csv(path)]
+        iteration = int(where[0].stem.rsplit("_", 1)[1])
+        assert row["slowest_in_iteration"] == iteration
+        assert (plain.device.parent / row["timeline"]).name == f"msprof_0_4294967295_{iteration}.json"
+        assert (plain.device.parent / row["timeline"]).is_file()
+    assert sum(r["calls"] for r in drill if r["op_type"] == "mm") == len(mm_rows)
 
 
 # -- levels ----------------------------------------------------------------------------------

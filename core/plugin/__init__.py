@@ -23,7 +23,7 @@ everything a built-in one does.
 Importing this package imports only the contract's own modules (no torch, no later stage).
 """
 
-from jobprof.plugin import opmath, opview
+from jobprof.plugin import histogram, opmath, opview
 from jobprof.plugin.clock import ClockAnchor, TimeAxis
 from jobprof.plugin.hookspec import Answer, hookimpl
 from jobprof.plugin.lanes import LANE_STRIDE, assign_lanes, lane_name, lane_tid
@@ -137,6 +137,7 @@ __all__ = [
     "assign_lanes",
     "device_label",
     "events_text",
+    "histogram",
     "hookimpl",
     "is_dispatch_op",
     "lane_name",

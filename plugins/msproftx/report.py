@@ -2,38 +2,17 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import Section, TxRecord
+from jobprof.plugin import histogram as hist
 
 if TYPE_CHECKING:
     from jobprof.plugin import Profile
 
 TOP = 15
 WIDTH = 60  # messages may be 255 bytes: keep the table readable
-
-
-#: durations are kept as counts per logarithmic bucket (each 2% wide): the median and p95 of a
-#: range's durations, over every rank, within 1%, in memory bounded by the range of durations
-#: (not their number: a range ended once per iteration of a long run)
-BUCKET = math.log(1.02)
-
-
-def _bucket(ns: int) -> int:
-    return round(math.log(max(ns, 1)) / BUCKET)
-
-
-def _quantile(histogram: dict[int, int], q: float) -> float:
-    """The nearest-rank quantile ``q`` of the durations in ``histogram`` (ms; bucket centre)."""
-    total = sum(histogram.values())
-    rank, seen = max(1, math.ceil(q * total)), 0
-    for bucket in sorted(histogram):
-        seen += histogram[bucket]
-        if seen >= rank:
-            return math.exp(bucket * BUCKET) / 1e6
-    return math.nan  # not reached: rank <= total
 
 
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
@@ -49,10 +28,10 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         entry = totals[(record.message, record.domain or "")]
         entry[0] += 1
         entry[1] += record.end_ns - record.start_ns
-        entry[2][_bucket(record.end_ns - record.start_ns)] += 1
+        hist.add(entry[2], record.end_ns - record.start_ns)
     if not totals and not marks:
         return None
-    return {"ranges": [[message, domain, count, ns, {str(b): n for b, n in histogram.items()}]
+    return {"ranges": [[message, domain, count, ns, hist.jsonable(histogram)]
                        for (message, domain), (count, ns, histogram) in totals.items()],
             "marks": marks}
 
@@ -71,8 +50,7 @@ def marker_sections(profile: Profile) -> list[Section]:
             entry = totals[(message, domain)]
             entry[0] += count
             entry[1] += ns
-            for bucket, n in (histogram[0] if histogram else {}).items():
-                entry[2][int(bucket)] += n
+            hist.merge(entry[2], histogram[0] if histogram else {})
     if not totals and not marks:
         return []
     ranked = sorted(totals.items(), key=lambda item: -item[1][1])
@@ -81,7 +59,8 @@ def marker_sections(profile: Profile) -> list[Section]:
     def spread(histogram: dict[int, int], count: int) -> list[str]:
         if sum(histogram.values()) != count:  # a facts file written before histograms: unknown
             return ["N/A", "N/A"]
-        return [f"{_quantile(histogram, 0.5):.3f}", f"{_quantile(histogram, 0.95):.3f}"]
+        # durations kept in 2% log buckets (jobprof.plugin.histogram): ns -> ms
+        return [f"{hist.quantile(histogram, 0.5) / 1e6:.3f}", f"{hist.quantile(histogram, 0.95) / 1e6:.3f}"]
 
     rows = [[short(message), domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}",
              *spread(histogram, count)]

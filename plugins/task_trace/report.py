@@ -20,10 +20,12 @@ from jobprof.plugin import (
     COMPUTE,
     DEVICE_KINDS,
     OPS_STREAM,
+    STEP_MODE_MODEL_ID,
     Finding,
     Section,
     opview,
 )
+from jobprof.plugin import histogram as hist
 
 if TYPE_CHECKING:
     from jobprof.plugin import Profile
@@ -84,17 +86,91 @@ def _concentration(profile: Profile, device: int, ranked: list, grand: float) ->
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     """This device's op_statistic totals: ``groups``, one ``[OP Type, Core Type, count, total µs]``
     per group in the order first seen (the order the totals were summed in), the number of
-    op_statistic files read and of iterations; None without a group."""
+    op_statistic files read and of iterations; ``calls``, the drill-down of the top types
+    (:func:`_calls`); None without a group."""
     groups, files = _groups(profile, profile.summary_files(device, "op_statistic"))
     if not groups:
         return None
     # JSON has no NaN or infinity (a damaged CSV's "nan"): those travel as their str()
     every = _every(profile, device)
     iterations = profile.iterations(device)
+    top = [key for key, _ in sorted(groups.items(), key=lambda item: (-item[1][1], item[0]))[:TOP]]
     return {"groups": [[op, core, count, total if math.isfinite(total) else str(total)]
                        for (op, core), (count, total) in groups.items()],
             "files": files, "iterations": len(iterations), "every": every,
-            "sampled": sum(1 for it in iterations if (it.index - 1) % every == 0)}
+            "sampled": sum(1 for it in iterations if (it.index - 1) % every == 0),
+            "calls": _calls(profile, device, top)}
+
+
+#: op_summary files read for the drill-down (evenly spread over the selected ones): its cost stays
+#: that of a few dozen CSVs however long the run
+DRILL_FILES = 40
+#: operator types the drill-down lists per device (by input shapes)
+DRILL_TYPES = 5
+#: input-shape variants kept per operator type (most time first; the rest pooled as "other")
+DRILL_SHAPES = 4
+
+
+def _calls(profile: Profile, device: int, top: list[tuple[str, str]]) -> dict[str, Any]:
+    """The top operator types' calls, from up to :data:`DRILL_FILES` op_summary files: per
+    ``"OP Type|Core Type"``, ``{"median_us", "p95_us", "shapes": [[Input Shapes, count, total µs,
+    median µs, p95 µs, slowest µs, its iteration], ...]}`` (at most :data:`DRILL_SHAPES`, then the
+    others pooled), and ``files`` read of ``of``.  Quantiles within 1% (2% buckets while read)."""
+    paths = profile.summary_files(device, "op_summary")
+    step = max(1, math.ceil(len(paths) / DRILL_FILES))
+    chosen = paths[::step]
+    wanted = {f"{op}|{core}" for op, core in top}
+    drilled = {f"{op}|{core}" for op, core in top[:DRILL_TYPES]}  # the rest: median and p95 only
+    per_type: dict[str, dict[str, Any]] = {}
+    read = 0
+    for path in chosen:
+        try:
+            with profile.open_text(path) as handle:
+                rows = list(csv.DictReader(handle))
+        except (OSError, ValueError, csv.Error):  # _groups names unreadable files of the run
+            continue
+        read += 1
+        iteration = _iteration_of(path)
+        for row in rows:
+            key = f"{row.get('OP Type')}|{row.get('Task Type')}"  # op_statistic's Core Type
+            if key not in wanted:
+                continue
+            try:
+                us = float(row["Task Duration(us)"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not math.isfinite(us):
+                continue
+            entry = per_type.setdefault(key, {"hist": {}, "shapes": {}})
+            hist.add(entry["hist"], us * 1000)  # ns: sub-µs calls keep their own buckets
+            shape = entry["shapes"].setdefault(row.get("Input Shapes") or "N/A", [0, 0.0, {}, -1.0, None])
+            shape[0] += 1
+            shape[1] += us
+            hist.add(shape[2], us * 1000)
+            if us > shape[3]:
+                shape[3], shape[4] = us, iteration
+    out: dict[str, Any] = {}
+    for key, entry in per_type.items():
+        ranked = sorted(entry["shapes"].items(), key=lambda item: (-item[1][1], item[0]))
+        if len(ranked) > DRILL_SHAPES:
+            rest = [v for _, v in ranked[DRILL_SHAPES:]]
+            other: dict[int, int] = {}
+            for v in rest:
+                hist.merge(other, v[2])
+            slowest = max(rest, key=lambda v: v[3])
+            ranked = [*ranked[:DRILL_SHAPES], (f"(other shapes: {len(rest)})", [
+                sum(v[0] for v in rest), sum(v[1] for v in rest), other, slowest[3], slowest[4]])]
+        # quantiles, not histograms: the rows are per device, and the facts stay small
+        out[key] = {**_spread(entry["hist"]),
+                    "shapes": [[name, n, total, *_spread(h).values(), slow, at]
+                               for name, (n, total, h, slow, at) in ranked] if key in drilled else []}
+    return {"types": out, "files": read, "of": len(paths)}
+
+
+def _iteration_of(path: Path) -> int | None:
+    """The iteration of ``<name>_<dev>_<model>_<iter>.csv``."""
+    tail = path.stem.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else None
 
 
 def _every(profile: Profile, device: int) -> int:
@@ -106,6 +182,8 @@ def _every(profile: Profile, device: int) -> int:
 
 def top_sections(profile: Profile) -> list[Section]:
     rows, notes, findings = [], [], []
+    drill: list[list[Any]] = []
+    sources: list[tuple[int, int, int]] = []
     for device in profile.devices:
         facts = profile.facts("task_trace", device, rank_facts)
         if not facts:
@@ -116,9 +194,15 @@ def top_sections(profile: Profile) -> list[Section]:
         files = facts["files"]
         grand = sum(g[1] for g in groups.values())
         ranked = sorted(groups.items(), key=lambda item: (-item[1][1], item[0]))
+        calls = facts.get("calls") or {"types": {}, "files": 0, "of": 0}
         for (op, core), (count, total) in ranked[:TOP]:
             share = f"{100 * total / grand:.1f}" if grand else "N/A"
-            rows.append([device, op, core, int(count), f"{total / 1000:.3f}", f"{total / count:.3f}", share])
+            spread = calls["types"].get(f"{op}|{core}")
+            rows.append([device, op, core, int(count), f"{total / 1000:.3f}", f"{total / count:.3f}",
+                         *_median_p95(spread), share])
+        drill += _drill_rows(device, ranked[:DRILL_TYPES], calls)
+        if calls["of"]:
+            sources.append((device, calls["files"], calls["of"]))
         iterations, every = facts["iterations"], facts.get("every", 1)
         sampled = facts.get("sampled", iterations)
         if every > 1:
@@ -136,9 +220,48 @@ def top_sections(profile: Profile) -> list[Section]:
                          f"{100 * sum(g[1] for _, g in ranked[TOP:]) / grand:.1f}% of task time")
     if not rows:
         return []
-    return [Section(f"Top operators (top {TOP} per device)",
-                    ["device", "OP Type", "Core Type", "count", "total ms", "mean µs", "% of task time"],
-                    rows, notes, key="top_operators", findings=findings)]
+    notes.append("median and p95 per call from the drill-down's op_summary files (2% buckets); N/A "
+                 "where none was read")
+    out = [Section(f"Top operators (top {TOP} per device)",
+                   ["device", "OP Type", "Core Type", "count", "total ms", "mean µs", "median µs", "p95 µs",
+                    "% of task time"], rows, notes, key="top_operators", findings=findings)]
+    if drill:
+        read = "; ".join(f"device {d}: {n} of {m}" for d, n, m in sources)
+        out.append(Section(f"Top operators by input shapes (top {DRILL_TYPES} types per device)",
+                           ["device", "OP Type", "Core Type", "Input Shapes", "calls", "total ms", "mean µs",
+                            "median µs", "p95 µs", "slowest µs", "slowest in iteration", "timeline"],
+                           drill,
+                           [f"calls of the op_summary files read ({read}; spread evenly over the selected "
+                            "iterations), most time first per type; each shape's slowest call names its "
+                            "iteration and that iteration's timeline (open it in Perfetto, or "
+                            "`jobprof kineto --iterations N` for TensorBoard / HTA)"],
+                           key="operator_shapes"))
+    return out
+
+
+def _spread(histogram: dict[int, int]) -> dict[str, float]:
+    """Median and p95 in µs of durations counted in ns."""
+    return {"median_us": round(hist.quantile(histogram, 0.5) / 1000, 3),
+            "p95_us": round(hist.quantile(histogram, 0.95) / 1000, 3)}
+
+
+def _median_p95(entry: Mapping[str, Any] | None) -> list[str]:
+    if not entry:
+        return ["N/A", "N/A"]
+    return [f"{entry['median_us']:.3f}", f"{entry['p95_us']:.3f}"]
+
+
+def _drill_rows(device: int, ranked: list, calls: Mapping[str, Any]) -> list[list[Any]]:
+    rows = []
+    for (op, core), _ in ranked:
+        entry = calls["types"].get(f"{op}|{core}")
+        for shape, n, total, median, p95, slowest, iteration in (entry or {}).get("shapes", ()):
+            timeline = f"device_{device}/timeline/msprof_{device}_{STEP_MODE_MODEL_ID}_{iteration}.json" \
+                if iteration is not None else "N/A"
+            rows.append([device, op, core, shape, n, f"{total / 1000:.3f}", f"{total / n:.3f}",
+                         f"{median:.3f}", f"{p95:.3f}", f"{slowest:.3f}",
+                         iteration if iteration is not None else "N/A", timeline])
+    return rows
 
 
 def compute_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:

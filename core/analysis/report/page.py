@@ -19,7 +19,7 @@ from jobprof.files.rawstore import escaped
 
 STATS = ("mean", "median", "p95", "worst")
 #: sections the page places itself; every other one (third-party ones too) follows as a table
-PLACED = ("top_operators", "communication")
+PLACED = ("top_operators", "operator_shapes", "communication")
 
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1d2430;
@@ -45,6 +45,7 @@ svg g.bar:hover rect{opacity:.75}
 .legend i{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px;
 border:1px solid #8a94a6}
 ul.missing li{color:#8a3b12}
+details{margin:4px 0}details summary{cursor:pointer;color:#0b5cad}
 """
 
 
@@ -179,6 +180,29 @@ def _section(model: dict[str, Any], skey: str, section: dict[str, Any], anchor: 
             f"{body}{_notes(notes)}</section>")
 
 
+def _drill_down(model: dict[str, Any], section: dict[str, Any]) -> str:
+    """The top operator types' input shapes, one collapsible block per type (``<details>``: no
+    script), each shape's slowest call with its iteration and timeline file."""
+    columns = section["columns"]
+    at = {c: i for i, c in enumerate(columns)}
+    groups: dict[tuple[Any, Any, Any], list[int]] = {}
+    for i, row in enumerate(section["rows"]):
+        groups.setdefault((row[at["device"]], row[at["op_type"]], row[at["core_type"]]), []).append(i)
+    shown = [c for c in columns if c not in ("device", "op_type", "core_type")]
+    headers = [section["headers"][at[c]] for c in shown]
+    blocks = []
+    for (device, op, core), indices in groups.items():
+        rows = [[cell(section["rows"][i][at[c]], key("sections", "operator_shapes", "rows", i, at[c]))
+                 for c in shown] for i in indices]
+        calls = sum(section["rows"][i][at["calls"]] or 0 for i in indices)
+        label = f"{op} ({core}, device {device}): {len(indices)} input shape(s), {calls} call(s) read"
+        blocks.append(f"<details><summary>{escape(label)}</summary>"
+                      f"{table(headers, rows, 'section')}</details>")
+    notes = _notes(list(section.get("notes", [])))
+    return (f'<section data-section="operator_shapes"><h3 id="s-operator_shapes">'
+            f'{escape(section["title"])}</h3>{"".join(blocks)}{notes}</section>')
+
+
 def _missing(model: dict[str, Any]) -> str:
     if not model["missing"]:
         return '<h2 id="missing">Missing</h2><p class="note">Nothing: every rank and part was measured.</p>'
@@ -236,6 +260,8 @@ def render(model: dict[str, Any], generated: str | None = None) -> str:
         kept, _ = scale.section_rows(model, top)
         body.append(charts.top_operators({**top, "rows": [top["rows"][i] for i in kept]}))
         body.append(_section(model, "top_operators", top, anchor=False))
+        if "operator_shapes" in sections:
+            body.append(_drill_down(model, sections["operator_shapes"]))
     body += [_section(model, k, sections[k]) for k in ("communication",) if k in sections]
     body += [_section(model, k, s) for k, s in sections.items() if k not in PLACED]
     nav += [(f"s-{k}", s["title"].split("(")[0].split(":")[0].strip()) for k, s in sections.items()]
