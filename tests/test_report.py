@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -233,6 +234,43 @@ def assert_drill_down(page: Any, section: dict[str, Any], heads: list[str]) -> N
         assert any(c.endswith(".json") and "/timeline/msprof_" in c for c in cells), cells
 
 
+def assert_iteration_view(page: Any, model: dict[str, Any], prof: Path) -> None:
+    """The page draws one iteration itself: the median one of the slowest rank (highest median
+    iteration time), each bar an operator that the iteration's own timeline file holds with the
+    same name and duration, drawn where that file places it."""
+    per_rank: dict[int, list[dict[str, Any]]] = {}
+    for row in model["iterations"]:
+        per_rank.setdefault(row["rank"], []).append(row)
+    rank = max(per_rank, key=lambda r: statistics.median(x["iteration_ms"] for x in per_rank[r]))
+    rows = sorted(per_rank[rank], key=lambda x: (x["iteration_ms"], x["iteration"]))
+    median = rows[(len(rows) - 1) // 2]
+    svg = page.query_selector("section[data-view=iteration] svg.iteration-view")
+    assert (svg.get_attribute("data-rank"), svg.get_attribute("data-iteration")) == \
+        (str(rank), str(median["iteration"]))
+    device = median["device"]
+    name = f"msprof_{device}_4294967295_{median['iteration']}.json"
+    timeline = prof / f"device_{device}" / "timeline" / name
+    note = page.query_selector("section[data-view=iteration]").text_content()
+    assert str(timeline.relative_to(prof)) in note
+    events = [e for e in json.loads(timeline.read_text()) if e.get("ph") == "X"]
+    tips = page.eval_on_selector_all("svg.iteration-view g.span title", "els => els.map(e => e.textContent)")
+    assert len(tips) > 20
+    bars = []  # (name, dur µs, µs after the iteration's start) as the tooltips give them
+    for tip in tips:
+        head = tip.split("; shapes")[0]
+        name, rest = head.rsplit(": ", 1)
+        dur, offset = rest.split(" µs at +")
+        bars.append((name, float(dur), float(offset.removesuffix(" ms")) * 1000))
+    # the timeline's ts counts µs from the job's time base, the model's start_ns the monotonic
+    # clock: one constant apart, found from the longest bar (one event of its name and duration)
+    name, dur, offset = max(bars, key=lambda bar: bar[1])
+    [anchor] = [e for e in events if e["name"] == name and abs(float(e["dur"]) - dur) <= 0.06]
+    shift = float(anchor["ts"]) - offset
+    for name, dur, offset in bars:
+        assert any(e["name"] == name and abs(float(e["dur"]) - dur) <= 0.06
+                   and abs(float(e["ts"]) - shift - offset) <= 1.5 for e in events), (name, dur, offset)
+
+
 def assert_missing(page: Any, model: dict[str, Any]) -> None:
     items = page.eval_on_selector_all("ul.missing li", "els => els.map(e => e.textContent)")
     assert items == model["missing"]
@@ -283,6 +321,7 @@ def test_report_in_chromium(ddp: Path, acme: dict[str, str], browser: Any, tmp_p
     assert_charts(page, model)
     assert_sections(page, model)
     assert_missing(page, model)
+    assert_iteration_view(page, model, ddp)
     tagged = assert_numbers_match(page, model)
     assert tagged > 100  # per-rank breakdown, cross-rank, findings' evidence and every section
     # the third party's numbers are the profile's: its steps are the ranks' iteration counts

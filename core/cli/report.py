@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from jobprof.analysis.report import render
+from jobprof.analysis.report import render, trace
 from jobprof.cli._common import add_engine, add_prof_dir, add_selection, printable
 from jobprof.cli.summary import load, usable
 from jobprof.files import fsio
@@ -38,13 +38,14 @@ def run(args: argparse.Namespace) -> int:
         print(printable(f"jobprof: error: {exc}{hint}"), file=sys.stderr)
         return 2
     try:
-        _, model = load(args)
+        profile, model = load(args)
     except ValueError as exc:
         print(printable(f"jobprof: error: {exc}"), file=sys.stderr)
         return 2
+    view = trace.one_iteration(profile, model)
     try:
         with fsio.StreamedFile(out, output=True) as page:
-            page.handle.write(render(model))
+            page.handle.write(render(model, view=view))
             page.finish()
     except fsio.CannotWrite as exc:
         print(printable(f"jobprof: error: {exc}"), file=sys.stderr)

@@ -11,7 +11,7 @@ from html import escape
 from typing import Any
 
 from jobprof.analysis import breakdown, scale
-from jobprof.analysis.report import charts, scaled
+from jobprof.analysis.report import charts, scaled, trace
 from jobprof.analysis.report.fmt import MS, PCT, cell, key, num, table
 from jobprof.analysis.selection import narrowed
 from jobprof.analysis.summary import process_marks
@@ -45,6 +45,7 @@ svg g.bar:hover rect{opacity:.75}
 .legend i{display:inline-block;width:11px;height:11px;margin-right:5px;vertical-align:-1px;
 border:1px solid #8a94a6}
 ul.missing li{color:#8a3b12}
+svg .span-label{font-size:10.5px;fill:#1d2430}
 details{margin:4px 0}details summary{cursor:pointer;color:#0b5cad}
 """
 
@@ -235,8 +236,9 @@ def _drawn(model: dict[str, Any]) -> tuple[set[int] | None, set[int] | None, str
     return bars, set(picked), note
 
 
-def render(model: dict[str, Any], generated: str | None = None) -> str:
-    """The report of one summary model (``jobprof.analysis.summary.summarize``) as a complete HTML page."""
+def render(model: dict[str, Any], generated: str | None = None, view: dict[str, Any] | None = None) -> str:
+    """The report of one summary model (``jobprof.analysis.summary.summarize``) as a complete HTML
+    page; ``view``: one iteration's operators to draw (:func:`.trace.one_iteration`)."""
     generated = generated or _dt.datetime.now().astimezone().isoformat(timespec="seconds")
     sections = model["sections"]
     nav = [("findings", "Findings"), ("ranks", "Ranks"), ("charts", "Charts")]
@@ -251,6 +253,9 @@ def render(model: dict[str, Any], generated: str | None = None) -> str:
         if heat:
             body += ['<h2 id="heatmap">Ranks by iteration</h2>', heat]
             nav.append(("heatmap", "Heatmap"))
+    if view is not None:
+        body.append(trace.section(view))
+        nav.append(("iteration-view", "One iteration"))
     if model["cross_rank"]:
         body.append(_cross(model))
         nav.append(("cross-rank", "Across ranks"))
