@@ -4,6 +4,8 @@ operator tree."""
 
 from __future__ import annotations
 
+import json
+import math
 from decimal import Decimal
 from pathlib import Path
 
@@ -131,6 +133,16 @@ def test_summary_section(device):
     # the matmul and the 16 MB copy are the two most expensive operators of the loop
     assert {lines[3].split()[1], lines[4].split()[1]} == {"aten::mm", "aten::copy_"}
     assert "median dispatch share per iteration" in section
+    # median and p95 per call beside the mean: the nearest-rank quantiles of the calls' totals in
+    # the aicpu files (kept in 2% buckets: within 1%)
+    model = json.loads(jobprof_cli("summary", "--json", str(device.parent)).stdout)["sections"]["aicpu"]
+    assert model["columns"][4:7] == ["mean_us", "median_us", "p95_us"]
+    for row in model["rows"][:2]:
+        calls = sorted(float(r["Total_time(us)"]) for path in files(device).values() for r in read_csv(path)
+                       if r["Node"] == row[1])
+        assert row[2] == len(calls)
+        median, p95 = calls[math.ceil(0.5 * len(calls)) - 1], calls[math.ceil(0.95 * len(calls)) - 1]
+        assert row[5] == pytest.approx(median, rel=0.011) and row[6] == pytest.approx(p95, rel=0.011)
 
 
 def test_off_writes_no_aicpu_file(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 import time
 from decimal import Decimal
@@ -260,6 +261,22 @@ def test_summary_lists_collectives(two_ranks: tuple[Runner, Path, str]) -> None:
     out = jobprof_cli("summary", str(prof))
     assert out.returncode == 0, out.stderr
     assert "Communication (hccl)" in out.stdout and "all_reduce" in out.stdout
+    # median and p95 per call beside the mean, from the raw collectives (2% buckets: within 1%)
+    model = json.loads(jobprof_cli("summary", "--json", str(prof)).stdout)["sections"]["communication"]
+    at = {c: i for i, c in enumerate(model["columns"])}
+    assert model["columns"][at["mean_ms"]:at["mean_ms"] + 3] == ["mean_ms", "median_ms", "p95_ms"]
+    from jobprof.plugin import CollectiveRecord, records_of
+
+    for row in model["rows"]:
+        device = prof / f"device_{row[at['device']]}"
+        calls = sorted((r.end_ns - r.start_ns) / 1e6 for streams in raw(device).values()
+                       for r in records_of(streams, CollectiveRecord)
+                       if r.op == row[at["op"]] and (r.group_desc or r.group) == row[at["group"]]
+                       and not r.duration_unknown and r.bytes is not None and r.rank_size is not None)
+        assert len(calls) == row[at["count"]]
+        median, p95 = calls[math.ceil(0.5 * len(calls)) - 1], calls[math.ceil(0.95 * len(calls)) - 1]
+        assert row[at["median_ms"]] == pytest.approx(median, rel=0.011, abs=6e-4)
+        assert row[at["p95_ms"]] == pytest.approx(p95, rel=0.011, abs=6e-4)
 
 
 DDP = """

@@ -12,6 +12,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import OPS_STREAM, Finding, OpView, Section
+from jobprof.plugin import histogram as hist
 from jobprof.plugins.aicpu.split import launching_tops, split
 
 if TYPE_CHECKING:
@@ -33,13 +34,13 @@ def _pct(part: int, whole: int) -> str:
 
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     """This device's top-level operators: ``top``, the :data:`TOP` operators with the most total
-    time, one ``[name, calls, total ns, compute ns, memcpy ns, host-only calls]`` each, most time
-    first, and ``dispatch_share``, the median per-iteration share of dispatch time; None when
-    aicpu was off or no top-level operator ran."""
+    time, one ``[name, calls, total ns, compute ns, memcpy ns, host-only calls, median ns, p95 ns]``
+    each (quantiles within 1%: 2% buckets), most time first, and ``dispatch_share``, the median
+    per-iteration share of dispatch time; None when aicpu was off or no top-level operator ran."""
     if not _on(profile, device):
         return None
-    # name -> [calls, total, compute, memcpy, host-only calls]
-    per_op: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    # name -> [calls, total, compute, memcpy, host-only calls, {2% bucket: calls}]
+    per_op: dict[str, list[Any]] = defaultdict(lambda: [0, 0, 0, 0, 0, {}])
     shares: list[float] = []
     for _, streams in profile.streams(device):
         records = streams.get(OPS_STREAM)
@@ -56,6 +57,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
             agg[2] += s.compute
             agg[3] += s.memcpy
             agg[4] += launched is not None and i not in launched
+            hist.add(agg[5], s.total)
             total += s.total
             dispatch += s.dispatch
         if total:
@@ -63,7 +65,9 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not per_op:
         return None
     ranked = sorted(per_op.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
-    return {"top": [[name, *values] for name, values in ranked],
+    # per device rows: the quantiles themselves, not histograms, keep the facts small
+    return {"top": [[name, *values[:5], round(hist.quantile(values[5], 0.5)),
+                     round(hist.quantile(values[5], 0.95))] for name, values in ranked],
             "dispatch_share": statistics.median(shares) if shares else 0.0}
 
 
@@ -75,10 +79,11 @@ def aicpu_sections(profile: Profile) -> list[Section]:
         facts = profile.facts("aicpu", device, rank_facts)
         if not facts:
             continue
-        for name, calls, total, compute, memcpy, host in facts["top"]:
+        for name, calls, total, compute, memcpy, host, *spread in facts["top"]:
+            median_us, p95_us = (f"{v / 1e3:.3f}" for v in spread) if spread else ("N/A", "N/A")
             rows.append([device, name + (" [host]" if host else ""), calls, f"{total / 1e6:.3f}",
-                         f"{total / calls / 1e3:.3f}", _pct(compute, total), _pct(memcpy, total),
-                         _pct(total - compute - memcpy, total)])
+                         f"{total / calls / 1e3:.3f}", median_us, p95_us, _pct(compute, total),
+                         _pct(memcpy, total), _pct(total - compute - memcpy, total)])
         median = facts["dispatch_share"]
         if median > FRAMEWORK_BOUND_SHARE:
             who = f"rank {profile.rank(device)}: " if len(profile.devices) > 1 else ""
@@ -93,8 +98,8 @@ def aicpu_sections(profile: Profile) -> list[Section]:
                          "of top-level operator time")
     if not rows:
         return []
-    notes.append("shares are time-weighted over every call; '[host]': ran on the host without "
-                 "launching device work (CUDA jobs)")
+    notes.append("shares are time-weighted over every call; median and p95 per call beside the mean "
+                 "(within 1%); '[host]': ran on the host without launching device work (CUDA jobs)")
     return [Section(f"AI CPU: top {TOP} top-level operators by total time",
-                    ["device", "operator", "calls", "total (ms)", "mean (us)", "compute %", "memcpy %",
-                     "dispatch %"], rows, notes, key="aicpu", findings=findings)]
+                    ["device", "operator", "calls", "total (ms)", "mean (us)", "median (us)", "p95 (us)",
+                     "compute %", "memcpy %", "dispatch %"], rows, notes, key="aicpu", findings=findings)]

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import COMMUNICATION, COMMUNICATION_BLOCKING, NA, CollectiveRecord, Section, records_of
+from jobprof.plugin import histogram as hist
 from jobprof.plugins.hccl.collectives import bandwidths
 from jobprof.plugins.hccl.writer import STREAM
 
@@ -22,10 +23,10 @@ def _gbs(value: float | None) -> str:
 
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     """This device's collectives: ``ops``, one ``[op, group, count, total ns, bytes, rank size,
-    failed]`` per (op, group) in the order first seen, and how many iterations had one; None
-    without a timed collective."""
-    # (op, group) -> [count, ns, bytes, rank size, failed]
-    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+    failed, median ns, p95 ns]`` per (op, group) in the order first seen (the quantiles within 1%:
+    2% buckets), and how many iterations had one; None without a timed collective."""
+    # (op, group) -> [count, ns, bytes, rank size, failed, {2% bucket: count}]
+    totals: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, 0, 0, 0, 0, {}])
     iterations: set[int] = set()
     # through the declaration: a damaged record is left out, never a KeyError that disables the
     # plugin; a timed collective as the plugin writes it has its group, bytes and rank size
@@ -39,10 +40,13 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         entry[2] += r.bytes
         entry[3] = r.rank_size
         entry[4] += r.state == "failed"
+        hist.add(entry[5], r.end_ns - r.start_ns)
         iterations.add(iteration)
     if not totals:
         return None
-    return {"ops": [[op, group, *values] for (op, group), values in totals.items()],
+    # the rows are per device: quantiles, not histograms, keep the facts small
+    return {"ops": [[op, group, *values[:5], round(hist.quantile(values[5], 0.5)),
+                     round(hist.quantile(values[5], 0.95))] for (op, group), values in totals.items()],
             "iterations": len(iterations)}
 
 
@@ -54,16 +58,20 @@ def communication_sections(profile: Profile) -> list[Section]:
             continue
         # stable: ties keep the order the collectives were first seen in
         ranked = sorted(facts["ops"], key=lambda entry: -entry[3])
-        for op, group, count, ns, size, ranks, failed in ranked[:TOP]:
+        for op, group, count, ns, size, ranks, failed, *spread in ranked[:TOP]:
             algbw, busbw = bandwidths(op, size, ranks, ns)
+            median, p95 = (f"{v / 1e6:.3f}" for v in spread) if spread else (NA, NA)  # older facts: none
             rows.append([device, op, group, ranks, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}",
-                         f"{size / count / 1e6:.3f}", _gbs(algbw), _gbs(busbw), failed or ""])
+                         median, p95, f"{size / count / 1e6:.3f}", _gbs(algbw), _gbs(busbw), failed or ""])
     if not rows:
         return []
     notes = ["bandwidths over the summed time and bytes, nccl-tests conventions (docs/plugins/hccl.md "
-             "has the formulas); the time includes waiting for the slowest rank"]
+             "has the formulas); the time includes waiting for the slowest rank",
+             "median and p95 per call beside the mean (within 1%): a first call's set-up moves the "
+             "mean alone"]
     return [Section("Communication (hccl): top collectives by total time",
-                    ["device", "op", "group", "ranks", "count", "total ms", "mean ms", "mean MB",
+                    ["device", "op", "group", "ranks", "count", "total ms", "mean ms", "median ms", "p95 ms",
+                     "mean MB",
                      "algbw GB/s", "busbw GB/s", "failed"], rows, notes, key="communication")]
 
 
