@@ -217,6 +217,21 @@ def test_rank_and_iteration_selection(job: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_default_output_is_the_current_folder_and_the_profile_is_untouched(job: Path, tmp_path: Path) -> None:
+    """One rule for every command: only ``export`` writes into a profile (its own msprof files);
+    merge, like report and kineto, writes into the current folder unless told otherwise."""
+    def files() -> dict[str, tuple[int, int]]:
+        return {str(p.relative_to(job)): (p.stat().st_size, p.stat().st_mtime_ns) for p in job.rglob("*")}
+
+    before = files()
+    proc = jobprof_cli("merge", str(job), "--iterations", "2-3", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "merged.json").is_file()
+    assert "merged.json" in proc.stdout, proc.stdout  # it says where it wrote
+    assert files() == before
+
+
+@pytest.mark.slow
 def test_killed_rank_and_missing_timelines(runner: Runner, tmp_path: Path) -> None:
     launcher = torchrun(runner, runner.script(KILLED, "killed.py"), 2)
     runner.run(launcher, {"training_trace": "on", "task_trace": "off", "hccl": "on"},
