@@ -178,6 +178,7 @@ def iteration_rows(profile: Profile, manager: PluginManager, device: int,
     ``known``: parts already computed, by iteration (their operator windows are not read)."""
     rank = profile.rank(device)
     known = known or {}
+
     def total() -> int:
         return profile.iteration_count(device)
 

@@ -44,9 +44,9 @@ from typing import Any
 import attrs
 
 from jobprof.ops import atfork, memwarn, torchapi
+from jobprof.plugin.clock import wall_minus_monotonic_ns
 
 # the record layout is the contract's declaration (jobprof.plugin.records, "core streams")
-from jobprof.plugin.clock import wall_minus_monotonic_ns
 from jobprof.plugin.records import OPS_STREAM
 
 #: the core's stream of operator records (one JSON list per event, its fields declared in
