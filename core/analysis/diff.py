@@ -28,7 +28,7 @@ from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection, narrowed
 from jobprof.analysis.stats import median_interval, p95
 from jobprof.plugin.manager import PluginManager
-from jobprof.plugin.results import DiffCount, DiffTable
+from jobprof.plugin.results import PROFILER, DiffCount, DiffTable
 
 SCHEMA = "jobprof.diff/1"
 
@@ -154,15 +154,15 @@ def iteration_table(a: Side, b: Side, scopes: list[int | None]) -> list[dict[str
             ma, mb = (sa or {}).get("median"), (sb or {}).get("median")
             delta_ms: float | None = None
             delta_mean_ms: float | None = None
-            both = sa is not None and sb is not None
             if sa is not None and sb is not None:
                 delta_ms, delta_mean_ms = sb["median"] - sa["median"], sb["mean"] - sa["mean"]
             out.append({
                 "rank": scope, "part": part, "a": sa, "b": sb,
                 "delta_ms": delta_ms, "delta_pct": _pct(ma, mb),
                 "delta_mean_ms": delta_mean_ms,
-                # a part one side cannot measure (no dp, no hccl) is not a change
-                "change": change(ma, mb, ITERATION_MS) if both else "unchanged",
+                # a part only one side measured (no dp, no hccl on the other) is new / gone, never
+                # a change either way (the verdict and the gate weigh slower / faster only)
+                "change": change(ma, mb, ITERATION_MS),
             })
     return out
 
@@ -274,8 +274,10 @@ def table_rows(spec: DiffTable, a: Side, b: Side, scopes: list[int | None]) -> l
                 out_row["delta_mb_per_iteration"] = (eb["mb_per_iteration"] if eb else 0.0) - \
                     (ea["mb_per_iteration"] if ea else 0.0)
             out.append(out_row)
-    out.sort(key=lambda r: (-abs(r["delta_ms_per_iteration"]), r["rank"] if r["rank"] is not None else -1,
-                            *(r[c] for c in spec.columns)))
+    # ties (a rerun: every Δ near 0) by the time at stake, so --top keeps the rows that matter
+    out.sort(key=lambda r: (-abs(round(r["delta_ms_per_iteration"], 6)), -max(
+        (e["ms_per_iteration"] for e in (r["a"], r["b"]) if e), default=0.0),
+        r["rank"] if r["rank"] is not None else -1, *(r[c] for c in spec.columns)))
     return out
 
 
@@ -296,6 +298,18 @@ def overall(iterations: list[dict[str, Any]]) -> dict[str, Any]:
     return next(r for r in iterations if r["rank"] is None and r["part"] == "iteration")
 
 
+def own_change(iterations: list[dict[str, Any]]) -> float | None:
+    """The share of the pooled iteration's mean change that is jobprof's own hand-over (the
+    ``profiler`` part), when the iteration got slower; None otherwise.  Above one half, B is slower
+    because it was profiled more deeply (other options), not because the job changed."""
+    it = overall(iterations)
+    own = next((r for r in iterations if r["rank"] is None and r["part"] == PROFILER), None)
+    total = it["delta_mean_ms"]
+    if own is None or own["delta_mean_ms"] is None or not total or total <= 0:
+        return None
+    return own["delta_mean_ms"] / total
+
+
 def _verdict(iterations: list[dict[str, Any]], named: DiffTable | None,
              rows: list[dict[str, Any]] | None) -> str:
     it = overall(iterations)
@@ -310,6 +324,9 @@ def _verdict(iterations: list[dict[str, Any]], named: DiffTable | None,
     if parts:
         top = max(parts, key=lambda r: abs(r["delta_mean_ms"]))
         text += f": {top['delta_mean_ms']:+.3f} ms in {top['part']} (mean)"
+        if top["part"] == PROFILER:
+            text += (" (jobprof's own hand-over, not the job's: were A and B profiled with the same "
+                     "options?)")
     if named is None or not rows:
         return text
     flagged = [r for r in rows if r["change"] != "unchanged"]

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("prof_dirs", type=Path, nargs="+", help="PROF_* directories (one per node), or output "
                    "folders holding one")
     p.add_argument("-o", "--output", type=Path, help="where the iteration_<n>/ folders go "
-                   "(default: ./kineto: commands never write into a profile but its own msprof files)")
+                   "(default: ./kineto, in the current folder: only `jobprof export` writes into a profile)")
     add_selection(p)
     # the old spelling, kept working: --iterations is every command's
     p.add_argument("--iteration", type=int, action="append", help=argparse.SUPPRESS)

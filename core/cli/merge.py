@@ -21,8 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_prof_dir(p)
     p.add_argument("-o", "--output", type=Path, default=None,
                    help="the merged file (default: merged.json, or merged.pftrace for the native format, in "
-                        "the current folder: commands never write into a profile but its own msprof "
-                        "files); a .gz name is gzip-compressed; - for standard output")
+                        "the current folder: only `jobprof export` writes into a profile); a .gz name "
+                        "is gzip-compressed; - for standard output")
     p.add_argument("--format", choices=FORMATS, default="auto",
                    help="json: Chrome-trace JSON; perfetto: a native Perfetto trace (protobuf, needs "
                         "jobprof[perfetto]); auto (default): what the output name says, else JSON up to "

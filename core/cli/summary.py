@@ -99,7 +99,9 @@ def render(model: dict[str, Any]) -> str:
         worst = [f"rank {r['rank']}: worst iteration {r['breakdown_ms']['iteration']['worst_iteration']}"
                  for r in ranks if r["iterations"]["count"]]
         bases = sorted({f"{breakdown.LABELS[k]}: {v}" for r in ranks for k, v in r["basis"].items()})
-        first = "parts add up to the iteration time; definitions in docs/cli.md (jobprof summary)"
+        first = ("in each iteration the parts add up to its time, so the mean row adds up too; the median, "
+                 "p95 and worst are each column's own (of different iterations); definitions in "
+                 "docs/cli.md (jobprof summary)")
         out += [f"  note: {n}" for n in [first, *bases, "; ".join(worst)] if n]
     cross = model["cross_rank"]
     if cross:

@@ -171,7 +171,10 @@ def aic_metrics_sections(profile: Profile, groups: Mapping[str, Group]) -> list[
              "first; every value is derived (FLOPs and bytes from input shapes over the machine's measured "
              "peaks), not a hardware count: `jobprof plugins` gives each column's source",
              "ratios and bandwidths: time-weighted means over the calls (a ratio is then the type's unit "
-             "time / its time); (KB): sums; memory_bound from the pooled ratios; per task in op_summary"]
+             "time / its time); (KB): sums; memory_bound from the pooled ratios; per task in op_summary",
+             "a ratio above 1: the operator beat the calibration's short best run (not clamped); N/A: the "
+             "operator's FLOPs or bytes do not follow from its inputs here, or no peak was measured for "
+             "its dtype"]
     if len(ranked) > TOP:
         notes.append(f"{len(ranked) - TOP} more operator types (op_summary lists every task)")
     if unmeasured:

@@ -104,7 +104,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
 
 #: op_summary files read for the drill-down (evenly spread over the selected ones): its cost stays
 #: that of a few dozen CSVs however long the run
-DRILL_FILES = 40
+DRILL_FILES = 100
 #: operator types the drill-down lists per device (by input shapes)
 DRILL_TYPES = 5
 #: input-shape variants kept per operator type (most time first; the rest pooled as "other")
@@ -117,8 +117,8 @@ def _calls(profile: Profile, device: int, top: list[tuple[str, str]]) -> dict[st
     median µs, p95 µs, slowest µs, its iteration], ...]}`` (at most :data:`DRILL_SHAPES`, then the
     others pooled), and ``files`` read of ``of``.  Quantiles within 1% (2% buckets while read)."""
     paths = profile.summary_files(device, "op_summary")
-    step = max(1, math.ceil(len(paths) / DRILL_FILES))
-    chosen = paths[::step]
+    n, k = len(paths), DRILL_FILES
+    chosen = paths if n <= k else [paths[round(i * (n - 1) / (k - 1))] for i in range(k)]
     wanted = {f"{op}|{core}" for op, core in top}
     drilled = {f"{op}|{core}" for op, core in top[:DRILL_TYPES]}  # the rest: median and p95 only
     per_type: dict[str, dict[str, Any]] = {}
@@ -226,6 +226,8 @@ def top_sections(profile: Profile) -> list[Section]:
                    ["device", "OP Type", "Core Type", "count", "total ms", "mean µs", "median µs", "p95 µs",
                     "% of task time"], rows, notes, key="top_operators", findings=findings)]
     if drill:
+        kineto = any((profile.info(d).get("jobprof", {}).get("options", {}).get("kineto_trace")
+                      not in (None, "", "off")) for d in profile.devices)
         read = "; ".join(f"device {d}: {n} of {m}" for d, n, m in sources)
         out.append(Section(f"Top operators by input shapes (top {DRILL_TYPES} types per device)",
                            ["device", "OP Type", "Core Type", "Input Shapes", "calls", "total ms", "mean µs",
@@ -233,8 +235,9 @@ def top_sections(profile: Profile) -> list[Section]:
                            drill,
                            [f"calls of the op_summary files read ({read}; spread evenly over the selected "
                             "iterations), most time first per type; each shape's slowest call names its "
-                            "iteration and that iteration's timeline (open it in Perfetto, or "
-                            "`jobprof kineto --iterations N` for TensorBoard / HTA)"],
+                            "iteration and that iteration's timeline (open it in Perfetto"
+                            + (", or `jobprof kineto --iterations N` for TensorBoard / HTA)" if kineto else
+                               "; for TensorBoard / HTA profile with kineto_trace on)")],
                            key="operator_shapes"))
     return out
 

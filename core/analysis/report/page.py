@@ -139,7 +139,9 @@ def _ranks(model: dict[str, Any]) -> str:
                       + num(r["breakdown_ms"]["iteration"]["worst_iteration"],
                             key("ranks", i, "breakdown_ms", "iteration", "worst_iteration"), tag="span")
                       for i, r in enumerate(ranks) if r["iterations"]["count"])
-    out.append(_notes(["parts add up to the iteration time; docs/cli.md defines each part", *bases]))
+    out.append(_notes(["in each iteration the parts add up to its time, so the mean row adds up too; the "
+                       "median, p95 and worst are each column's own (of different iterations); docs/cli.md "
+                       "defines each part", *bases]))
     if worst:
         out.append(f'<p class="note">{worst}</p>')
     return "".join(out)

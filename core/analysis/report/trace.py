@@ -74,9 +74,15 @@ def one_iteration(profile: Profile, model: dict[str, Any]) -> dict[str, Any] | N
         return {"rank": rank, "device": device, "iteration": index, "iteration_ms": row["iteration_ms"],
                 "profiler_ms": row.get("profiler_ms"),
                 "median": index == median, "start_ns": start, "end_ns": end, "spans": spans,
-                "dropped": dropped,
+                "dropped": dropped, "kineto": _kineto_on(profile, device),
                 "timeline": f"device_{device}/timeline/msprof_{device}_{STEP_MODE_MODEL_ID}_{index}.json"}
     return None
+
+
+def _kineto_on(profile: Profile, device: int) -> bool:
+    """Whether the job wrote Kineto-format traces (``jobprof kineto`` gathers only those)."""
+    options = profile.info(device).get("jobprof", {}).get("options", {})
+    return options.get("kineto_trace") not in (None, "", "off")
 
 
 def _spans(view: OpView, start: int, end: int) -> tuple[list[list[Any]], int]:
@@ -165,8 +171,10 @@ def section(view: dict[str, Any] | None) -> str:
              f"{which} of the slowest rank's iterations. Every operator on each thread, nested down to "
              f"{MAX_DEPTH} levels; hover a bar for its name, duration, offset and input shapes.")
     more = (f"The whole iteration (every level, device tasks, flows): {view['timeline']}, in Perfetto "
-            f"(ui.perfetto.dev) or chrome://tracing; `jobprof kineto --iterations {view['iteration']} "
-            f"--rank {view['rank']}` for TensorBoard / HTA.")
+            "(ui.perfetto.dev) or chrome://tracing"
+            + (f"; `jobprof kineto --iterations {view['iteration']} --rank {view['rank']}` for "
+               "TensorBoard / HTA." if view.get("kineto") else
+               "; for TensorBoard / HTA, profile with \"kineto_trace\": \"on\" (then `jobprof kineto`)."))
     own = view.get("profiler_ms")
     if own:
         about += (f" Of its time, {own:.3f} ms was jobprof's own hand-over (the profiler's window swap: "
