@@ -315,6 +315,37 @@ def test_summary_section(main_run: Run) -> None:
     assert mean == pytest.approx(statistics.fmean(durations), abs=0.002)
 
 
+def test_ranges_enclosing_an_iteration_end_leave_out_jobprofs_hand_over(main_run: Run) -> None:
+    """"across" runs from iteration 1 to 3 and holds two iteration ends, each with jobprof's
+    hand-over: the markers table gives its duration less that time (the job's), says so, and
+    leaves a range without an iteration end (compute) as it was."""
+    from jobprof.plugin import TxRecord, records_of
+
+    streams = raw(main_run.device_dir)
+    own = sorted(tuple(span) for it in streams.values() for span in it.get("profiler", ()))
+    assert own, "the hand-over is recorded"
+    tx = [r for it in streams.values() for r in records_of(it, TxRecord)]
+    [across] = [r for r in tx if r.message == "across"]
+
+    def inside(r) -> int:
+        return sum(max(0, min(b, r.end_ns) - max(a, r.start_ns)) for a, b in own)
+
+    assert inside(across) > 0
+    summary = jobprof_cli("summary", "--json", str(main_run.runner.out))
+    model = json.loads(summary.stdout)["sections"]["markers"]
+    rows = {r[0]: r for r in model["rows"]}
+    total = model["columns"].index("total_ms")
+    wall = across.end_ns - across.start_ns
+    assert rows["across"][total] == pytest.approx((wall - inside(across)) / 1e6, abs=0.0011)
+    compute = [r for r in tx if r.message == "compute"]
+    assert not any(inside(r) for r in compute)
+    walls = sum(r.end_ns - r.start_ns for r in compute)
+    assert rows["compute"][total] == pytest.approx(walls / 1e6, abs=0.0011)
+    [note] = [n for n in model["notes"] if n.startswith("jobprof's own time taken out of")]
+    affected = [r for r in tx if not r.is_marker and inside(r)]
+    assert f"out of {len(affected)} range(s)" in note
+
+
 def test_export_renders_the_same_files(main_run: Run) -> None:
     files = sorted(main_run.device_dir.glob("*/msprof*_4294967295_*"))
     before = {p: p.read_bytes() for p in files}
