@@ -100,6 +100,8 @@ def aicpu_sections(profile: Profile) -> list[Section]:
         return []
     notes.append("shares are time-weighted over every call; median and p95 per call beside the mean "
                  "(within 1%); '[host]': ran on the host without launching device work (CUDA jobs)")
+    notes.append("a call here is a top-level operator with everything under it (dispatch included), so its "
+                 "times differ from the task durations of Top operators")
     return [Section(f"AI CPU: top {TOP} top-level operators by total time",
                     ["device", "operator", "calls", "total (ms)", "mean (us)", "median (us)", "p95 (us)",
                      "compute %", "memcpy %", "dispatch %"], rows, notes, key="aicpu", findings=findings)]
