@@ -60,7 +60,11 @@ def one_iteration(profile: Profile, model: dict[str, Any]) -> dict[str, Any] | N
         return None
     rank, device, median, others = picked
     by_index = {r["iteration"]: r for r in model["iterations"] if r["rank"] == rank}
-    for index in [median, *others[:TRIES - 1]]:
+    # with task_trace_every N only iterations 1, 1+N, ... have operators: try those
+    every = profile.info(device).get("jobprof", {}).get("options", {}).get("task_trace_every", 1)
+    every = every if isinstance(every, int) and not isinstance(every, bool) and every > 1 else 1
+    candidates = [i for i in [median, *others] if (i - 1) % every == 0]
+    for index in candidates[:TRIES]:
         streams = next((s for _, s in rawstore.read(profile.folder(device), only={index})), None)
         records = (streams or {}).get(rawstore.OPS_STREAM)
         if not records:
