@@ -159,9 +159,10 @@ def core(model: dict[str, Any]) -> list[Finding]:
 
 def rank(own: Iterable[Finding], sections: Iterable[Section]) -> list[Finding]:
     """Every finding, per-rank ones grouped across ranks (:func:`grouped`), heaviest first
-    (stable within a weight: the core's, then by section; a group where its first finding was)."""
+    (stable within a weight: the core's, then by section; a group where its first finding was);
+    the one about jobprof's own time (key ``profiler``) after the job's, as the text prints it."""
     every = list(own) + [f for s in sections for f in s.findings]
-    return sorted(grouped(every), key=lambda f: -f.weight)
+    return sorted(grouped(every), key=lambda f: (f.key == "profiler", -f.weight))
 
 
 #: per-rank findings are grouped when at least this many say the same (1 and 2 rank profiles
