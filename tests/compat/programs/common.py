@@ -6,8 +6,11 @@ Plain user code: nothing here knows jobprof.  Imported by the programs beside it
 
 import copy
 import io
+import itertools
+import os
 import random
 import sys
+import time
 
 import numpy as np
 import torch
@@ -21,9 +24,21 @@ def seed(value: int = 0) -> None:
     torch.use_deterministic_algorithms(True)
 
 
+_loss_times: list[float] = []
+
+
 def loss(step: int, value) -> None:
-    """One loss, exactly: repr of a float round-trips, so equal text means equal bits."""
+    """One loss, exactly: repr of a float round-trips, so equal text means equal bits.
+
+    With ``COMPAT_SLOW_STEP=k`` the program then sleeps twice its longest step since step 0
+    (plus 20 ms) after step ``k``, so the next iteration is the slow one a dynamic-mode trigger
+    (``slow_iteration``) must see whatever the machine's load: the median of the three
+    iterations before it is at most the longer of the last two.  Only time changes."""
     print(f"loss {step} {float(value)!r}", flush=True)
+    _loss_times.append(time.perf_counter())
+    if str(step) == os.environ.get("COMPAT_SLOW_STEP") and len(_loss_times) >= 2:
+        longest = max(b - a for a, b in itertools.pairwise(_loss_times))
+        time.sleep(2 * longest + 0.02)
 
 
 def save_copy_average(model, label: str) -> None:
