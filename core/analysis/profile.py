@@ -111,6 +111,23 @@ class Profile:
     def info(self, device: int) -> dict[str, Any]:
         return self._read_info(device, self._devices[device])
 
+    def options(self, device: int) -> dict[str, Any]:
+        """The options the device's job ran with (info.json's ``jobprof.options``, the
+        validated effective set; ``{}`` when it records none)."""
+        options = (self.info(device).get("jobprof") or {}).get("options")
+        return options if isinstance(options, dict) else {}
+
+    def is_on(self, device: int, key: str) -> bool:
+        """Whether option ``key`` was on for the device: set, and not ``"off"``.
+
+        ``profile.is_on(0, "kineto_trace")``"""
+        return self.options(device).get(key) not in (None, "", "off")
+
+    def task_trace_every(self, device: int) -> int:
+        """The device's ``task_trace_every`` (1: every iteration's operators were captured)."""
+        every = self.options(device).get("task_trace_every", 1)
+        return every if isinstance(every, int) and not isinstance(every, bool) and every >= 1 else 1
+
     def finished(self, device: int) -> bool:
         if device not in self._finished:
             end = rawstore.read_end(self._devices[device] / f"end_info.{device}")

@@ -9,6 +9,7 @@ key by key.  A quantile read back is the centre of its bucket: within 1% of the 
     hist: dict[int, int] = {}
     add(hist, 1_250_000)                  # one duration (any unit, here ns)
     quantile(hist, 0.95) / 1e6            # the p95, in ms
+    median_p95(hist)                      # both, as report sections show them
 """
 
 from __future__ import annotations
@@ -52,6 +53,23 @@ def quantile(histogram: Mapping[int, int], q: float) -> float:
         if seen >= rank:
             return math.exp(key * BUCKET)
     return math.nan  # not reached: rank <= total
+
+
+def median_p95(histogram: Mapping[int, int]) -> tuple[float, float]:
+    """``(quantile(h, 0.5), quantile(h, 0.95))`` in one pass over the sorted buckets: what
+    every report section shows of a histogram (NaNs for an empty one)."""
+    total = sum(histogram.values())
+    if not total:
+        return math.nan, math.nan
+    ranks, seen = (max(1, math.ceil(0.5 * total)), max(1, math.ceil(0.95 * total))), 0
+    found: list[float] = []
+    for key in sorted(histogram):
+        seen += histogram[key]
+        while len(found) < 2 and seen >= ranks[len(found)]:
+            found.append(math.exp(key * BUCKET))
+        if len(found) == 2:
+            break
+    return found[0], found[1]
 
 
 def jsonable(histogram: Mapping[int, int]) -> dict[str, int]:

@@ -46,6 +46,17 @@ class Profile(Protocol):
     def folder(self, device: int) -> Path:
         """The device's folder (``PROF_.../device_<id>``)."""
 
+    def options(self, device: int) -> dict[str, Any]:
+        """The options the device's job ran with (info.json's ``jobprof.options``; ``{}``
+        when it records none)."""
+
+    def is_on(self, device: int, key: str) -> bool:
+        """Whether option ``key`` was on for the device (set, not ``"off"``), as
+        ``Config.is_on`` says it at collection: ``profile.is_on(0, "kineto_trace")``."""
+
+    def task_trace_every(self, device: int) -> int:
+        """The device's ``task_trace_every`` (1: every iteration's operators were captured)."""
+
     def facts(self, plugin: str, device: int, compute: Callable[[Profile, int], Any]) -> Any:
         """``plugin``'s ``jobprof_rank_facts`` answer for ``device``: the gathered one when the
         command gathered facts, else ``compute(self, device)``."""

@@ -46,7 +46,7 @@ DURATION_COLUMN = "aicore_time(us)"
 
 def chosen_group(profile: Profile, device: int, groups: Mapping[str, Group]) -> Group | None:
     """The group of ``groups`` the device's options chose, or None (off, or another plugin's)."""
-    name = profile.info(device).get("jobprof", {}).get("options", {}).get("aic_metrics")
+    name = profile.options(device).get("aic_metrics")
     return groups.get(name) if isinstance(name, str) else None
 
 

@@ -23,11 +23,6 @@ TOP = 10
 FRAMEWORK_BOUND_SHARE = 0.5
 
 
-def _on(profile: Profile, device: int) -> bool:
-    options = profile.info(device).get("jobprof", {}).get("options", {})
-    return options.get("aicpu") not in (None, "", "off")
-
-
 def _pct(part: int, whole: int) -> str:
     return f"{100 * part / whole:.1f}" if whole else "N/A"
 
@@ -37,7 +32,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     time, one ``[name, calls, total ns, compute ns, memcpy ns, host-only calls, median ns, p95 ns]``
     each (quantiles within 1%: 2% buckets), most time first, and ``dispatch_share``, the median
     per-iteration share of dispatch time; None when aicpu was off or no top-level operator ran."""
-    if not _on(profile, device):
+    if not profile.is_on(device, "aicpu"):
         return None
     # name -> [calls, total, compute, memcpy, host-only calls, {2% bucket: calls}]
     per_op: dict[str, list[Any]] = defaultdict(lambda: [0, 0, 0, 0, 0, {}])
@@ -66,8 +61,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         return None
     ranked = sorted(per_op.items(), key=lambda kv: (-kv[1][1], kv[0]))[:TOP]
     # per device rows: the quantiles themselves, not histograms, keep the facts small
-    return {"top": [[name, *values[:5], round(hist.quantile(values[5], 0.5)),
-                     round(hist.quantile(values[5], 0.95))] for name, values in ranked],
+    return {"top": [[name, *values[:5], *map(round, hist.median_p95(values[5]))] for name, values in ranked],
             "dispatch_share": statistics.median(shares) if shares else 0.0}
 
 

@@ -45,8 +45,8 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not totals:
         return None
     # the rows are per device: quantiles, not histograms, keep the facts small
-    return {"ops": [[op, group, *values[:5], round(hist.quantile(values[5], 0.5)),
-                     round(hist.quantile(values[5], 0.95))] for (op, group), values in totals.items()],
+    return {"ops": [[op, group, *values[:5], *map(round, hist.median_p95(values[5]))]
+                    for (op, group), values in totals.items()],
             "iterations": len(iterations)}
 
 

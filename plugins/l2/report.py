@@ -20,10 +20,9 @@ if TYPE_CHECKING:
 
 def _about(profile: Profile, device: int) -> dict[str, Any] | None:
     """What info.json says of the device's L2 data, or None when l2 was off or said nothing."""
-    jobprof = profile.info(device).get("jobprof", {})
-    if jobprof.get("options", {}).get("l2") in (None, "", "off"):
+    if not profile.is_on(device, "l2"):
         return None
-    about = jobprof.get("l2")
+    about = profile.info(device).get("jobprof", {}).get("l2")
     return about or None
 
 

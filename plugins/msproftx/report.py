@@ -93,7 +93,7 @@ def marker_sections(profile: Profile) -> list[Section]:
         if sum(histogram.values()) != count:  # a facts file written before histograms: unknown
             return ["N/A", "N/A"]
         # durations kept in 2% log buckets (jobprof.plugin.histogram): ns -> ms
-        return [f"{hist.quantile(histogram, 0.5) / 1e6:.3f}", f"{hist.quantile(histogram, 0.95) / 1e6:.3f}"]
+        return [f"{q / 1e6:.3f}" for q in hist.median_p95(histogram)]
 
     rows = [[short(message), domain, count, f"{ns / 1e6:.3f}", f"{ns / count / 1e6:.3f}",
              *spread(histogram, count)]

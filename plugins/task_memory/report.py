@@ -50,11 +50,6 @@ FRAGMENT_SHARE = 0.3
 ONE_OP_SHARE = 0.5
 
 
-def _on(profile: Profile, device: int) -> bool:
-    options = profile.info(device).get("jobprof", {}).get("options", {})
-    return options.get("task_memory") not in (None, "", "off")
-
-
 def _rss(samples: list[dict[str, Any]]) -> tuple[int | None, int | None, bool]:
     """(peak RSS, RSS at the end, exact) of one iteration's samples (see the sampler)."""
     before = [s for s in samples if s.get("before")]
@@ -129,7 +124,7 @@ def _main(found: list[Peak]) -> Peak:
 
 
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
-    if not _on(profile, device):
+    if not profile.is_on(device, "task_memory"):
         return None
     series: list[list[Any]] = []
     allocator: str | None = None

@@ -92,7 +92,7 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not groups:
         return None
     # JSON has no NaN or infinity (a damaged CSV's "nan"): those travel as their str()
-    every = _every(profile, device)
+    every = profile.task_trace_every(device)
     iterations = profile.iterations(device)
     top = [key for key, _ in sorted(groups.items(), key=lambda item: (-item[1][1], item[0]))[:TOP]]
     return {"groups": [[op, core, count, total if math.isfinite(total) else str(total)]
@@ -173,13 +173,6 @@ def _iteration_of(path: Path) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _every(profile: Profile, device: int) -> int:
-    """The job's ``task_trace_every`` (1: every iteration's operators were captured)."""
-    options = (profile.info(device).get("jobprof") or {}).get("options") or {}
-    every = options.get("task_trace_every", 1)
-    return every if isinstance(every, int) and not isinstance(every, bool) and every >= 1 else 1
-
-
 def top_sections(profile: Profile) -> list[Section]:
     rows, notes, findings = [], [], []
     drill: list[list[Any]] = []
@@ -226,8 +219,7 @@ def top_sections(profile: Profile) -> list[Section]:
                    ["device", "OP Type", "Core Type", "count", "total ms", "mean µs", "median µs", "p95 µs",
                     "% of task time"], rows, notes, key="top_operators", findings=findings)]
     if drill:
-        kineto = any((profile.info(d).get("jobprof", {}).get("options", {}).get("kineto_trace")
-                      not in (None, "", "off")) for d in profile.devices)
+        kineto = any(profile.is_on(d, "kineto_trace") for d in profile.devices)
         read = "; ".join(f"device {d}: {n} of {m}" for d, n, m in sources)
         out.append(Section(f"Top operators by input shapes (top {DRILL_TYPES} types per device)",
                            ["device", "OP Type", "Core Type", "Input Shapes", "calls", "total ms", "mean µs",
@@ -244,8 +236,8 @@ def top_sections(profile: Profile) -> list[Section]:
 
 def _spread(histogram: dict[int, int]) -> dict[str, float]:
     """Median and p95 in µs of durations counted in ns."""
-    return {"median_us": round(hist.quantile(histogram, 0.5) / 1000, 3),
-            "p95_us": round(hist.quantile(histogram, 0.95) / 1000, 3)}
+    median, p95 = hist.median_p95(histogram)
+    return {"median_us": round(median / 1000, 3), "p95_us": round(p95 / 1000, 3)}
 
 
 def _median_p95(entry: Mapping[str, Any] | None) -> list[str]:

@@ -61,8 +61,7 @@ def one_iteration(profile: Profile, model: dict[str, Any]) -> dict[str, Any] | N
     rank, device, median, others = picked
     by_index = {r["iteration"]: r for r in model["iterations"] if r["rank"] == rank}
     # with task_trace_every N only iterations 1, 1+N, ... have operators: try those
-    every = profile.info(device).get("jobprof", {}).get("options", {}).get("task_trace_every", 1)
-    every = every if isinstance(every, int) and not isinstance(every, bool) and every > 1 else 1
+    every = profile.task_trace_every(device)
     candidates = [i for i in [median, *others] if (i - 1) % every == 0]
     for index in candidates[:TRIES]:
         streams = next((s for _, s in rawstore.read(profile.folder(device), only={index})), None)
@@ -78,15 +77,9 @@ def one_iteration(profile: Profile, model: dict[str, Any]) -> dict[str, Any] | N
         return {"rank": rank, "device": device, "iteration": index, "iteration_ms": row["iteration_ms"],
                 "profiler_ms": row.get("profiler_ms"),
                 "median": index == median, "start_ns": start, "end_ns": end, "spans": spans,
-                "dropped": dropped, "kineto": _kineto_on(profile, device),
+                "dropped": dropped, "kineto": profile.is_on(device, "kineto_trace"),
                 "timeline": f"device_{device}/timeline/msprof_{device}_{STEP_MODE_MODEL_ID}_{index}.json"}
     return None
-
-
-def _kineto_on(profile: Profile, device: int) -> bool:
-    """Whether the job wrote Kineto-format traces (``jobprof kineto`` gathers only those)."""
-    options = profile.info(device).get("jobprof", {}).get("options", {})
-    return options.get("kineto_trace") not in (None, "", "off")
 
 
 def _spans(view: OpView, start: int, end: int) -> tuple[list[list[Any]], int]:
