@@ -119,7 +119,7 @@ def test_statistics_match_the_rows(prof: Path) -> None:
         assert sum(rank["share"].values()) == pytest.approx(1.0)
         assert rank["share"]["free"] == pytest.approx(sum(r["free_ms"] for r in rows) / total)
         assert rank["iterations"] == {"count": STEPS, "first": 1, "last": STEPS, "gaps": []}
-        assert rank["finished"] and rank["world_size"] == 2
+        assert rank["finished"] and rank["world_size"] == 2 and isinstance(rank["pid"], int)
 
 
 def test_the_late_rank_is_named(prof: Path) -> None:

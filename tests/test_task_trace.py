@@ -309,7 +309,11 @@ def test_overlap_analysis_tiles_the_iteration(plain):
 def test_summary_lists_the_top_operators(plain):
     proc = jobprof_cli("summary", "--json", str(plain.device.parent))
     assert proc.returncode == 0, proc.stderr
-    section = json.loads(proc.stdout)["sections"]["top_operators"]
+    model = json.loads(proc.stdout)
+    # a single process: its pid a number, its world size unknown (null, never the text "N/A")
+    [rank] = model["ranks"]
+    assert isinstance(rank["pid"], int) and rank["pid"] > 0 and rank["world_size"] is None, rank
+    section = model["sections"]["top_operators"]
     assert section["columns"] == ["device", "op_type", "core_type", "count", "total_ms", "mean_us",
                                   "median_us", "p95_us", "pct_of_task_time"]
     rows = {(r[1], r[2]): r for r in section["rows"]}

@@ -205,6 +205,13 @@ def _gaps(indices: list[int]) -> list[str]:
             for a, b in itertools.pairwise(sorted(set(indices))) if b > a + 1]
 
 
+def _count(value: Any) -> int | None:
+    """A pid or world size as JSON wants it: info.json holds msprof's strings ("1234", "N/A")."""
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A rank's line of the model: who it is, its iterations, its breakdown statistics."""
     info = profile.info(device)
@@ -220,11 +227,11 @@ def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dic
         basis.update(r["_basis"])
     return {
         "rank": profile.rank(device), "device": device, "hostname": info.get("hostname"),
-        "pid": info.get("pid"), "finished": profile.finished(device),
+        "pid": _count(info.get("pid")), "finished": profile.finished(device),
         # a process with no rank of a distributed job (a helper or child that inherited
         # PROFILING_MODE, the program after exec): its device id stands in for the rank
         "distributed": info_rank(info) is not None,
-        "iteration_method": job.get("iteration_method"), "world_size": job.get("world_size"),
+        "iteration_method": job.get("iteration_method"), "world_size": _count(job.get("world_size")),
         "iterations": {"count": len(rows), "first": index[0] if index else None,
                        "last": index[-1] if index else None, "gaps": _gaps(index)},
         "breakdown_ms": {k: describe(v, index) for k, v in series.items()},
