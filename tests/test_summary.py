@@ -120,6 +120,12 @@ def test_statistics_match_the_rows(prof: Path) -> None:
         assert rank["share"]["free"] == pytest.approx(sum(r["free_ms"] for r in rows) / total)
         assert rank["iterations"] == {"count": STEPS, "first": 1, "last": STEPS, "gaps": []}
         assert rank["finished"] and rank["world_size"] == 2 and isinstance(rank["pid"], int)
+        # before iteration 1, in none: at least the first batch (the dataset sleeps), and
+        # jobprof's own startup a part of it
+        startup = rank["startup"]
+        assert startup["ms"] >= 1000 * SAMPLE_S * BATCH, startup
+        assert 0 <= startup["own_ms"] <= startup["ms"], startup
+        assert startup["own_ms"] == pytest.approx(sum(startup["own"].values()), abs=0.01)
 
 
 def test_the_late_rank_is_named(prof: Path) -> None:
@@ -161,6 +167,8 @@ def test_terminal_tables_and_numbered_findings(prof: Path) -> None:
         assert after.startswith(f"  {finding['text']}") and finding["text"] not in before
     mean = model["ranks"][1]["breakdown_ms"]["iteration"]["mean"]
     assert f"{mean:.3f}" in text
+    startup = model["ranks"][1]["startup"]["ms"]
+    assert "before iteration 1, in no iteration" in text and f"rank 1: {startup / 1e3:,.2f} s" in text
 
 
 def test_iterations_and_rank_narrow_every_section(prof: Path) -> None:
@@ -168,6 +176,7 @@ def test_iterations_and_rank_narrow_every_section(prof: Path) -> None:
     assert model["selection"] == {"iterations": "3-5", "ranks": None}
     for rank in model["ranks"]:
         assert rank["iterations"] == {"count": 3, "first": 3, "last": 5, "gaps": []}
+        assert rank["startup"] is None  # iteration 1 not selected: nothing said of before it
     assert sorted({r["iteration"] for r in model["iterations"]}) == [3, 4, 5]
     loaders = model["sections"]["dataloader"]
     assert [row[loaders["columns"].index("batches")] for row in loaders["rows"]] == [3, 3]

@@ -235,8 +235,28 @@ def rank_entry(profile: Profile, device: int, rows: list[dict[str, Any]]) -> dic
         "iterations": {"count": len(rows), "first": index[0] if index else None,
                        "last": index[-1] if index else None, "gaps": _gaps(index)},
         "breakdown_ms": {k: describe(v, index) for k, v in series.items()},
-        "share": share, "basis": basis,
+        "share": share, "basis": basis, "startup": _startup(profile, device, job, rows),
     }
+
+
+def _startup(profile: Profile, device: int, job: Mapping[str, Any],
+             rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What came before iteration 1, in no iteration: ``{"ms": profiling start (the session's
+    clock anchor, start_info) to iteration 1's start (its first forward), "own_ms": jobprof's
+    part of it, "own": {what: ms}}``; None when iteration 1 is not selected (a narrowed
+    selection, a dynamic capture) or the anchor is unknown."""
+    if not rows or rows[0]["iteration"] != 1 or rows[0].get("start_ns") is None:
+        return None
+    anchor = rawstore.read_start(profile.folder(device) / f"start_info.{device}")
+    if anchor is None:
+        return None
+    ms = (rows[0]["start_ns"] - int(anchor["clockMonotonic"])) / 1e6
+    if ms < 0:
+        return None
+    told = job.get("own_startup_ms")
+    told = told if isinstance(told, dict) else {}
+    own = {str(k): float(v) for k, v in told.items() if isinstance(v, int | float)}
+    return {"ms": round(ms, 3), "own_ms": round(sum(own.values()), 3), "own": own}
 
 
 def plugin_keys(manager: PluginManager) -> list[str]:

@@ -63,6 +63,23 @@ def _pct(value: float | None) -> str:
 OWN_COST = "profiler"
 
 
+def startup_note(ranks: list[dict[str, Any]]) -> str:
+    """What came before iteration 1 on each rank, in no iteration (empty when unknown)."""
+    said = []
+    for r in ranks:
+        startup = r.get("startup")
+        if not startup:
+            continue
+        ranked = sorted(startup["own"].items(), key=lambda kv: -kv[1])
+        own = ", ".join(f"{what} {ms:,.0f} ms" for what, ms in ranked if ms >= 1)
+        said.append(f"rank {r['rank']}: {startup['ms'] / 1e3:,.2f} s" + (
+            f" ({startup['own_ms']:,.0f} ms of it jobprof's own startup: {own})" if own else ""))
+    if not said:
+        return ""
+    return ("before iteration 1, in no iteration (from profiling start as the process starts: imports, "
+            "setup, the first batch, up to the first forward): " + "; ".join(said))
+
+
 def render(model: dict[str, Any]) -> str:
     """The model as terminal text.
 
@@ -102,7 +119,7 @@ def render(model: dict[str, Any]) -> str:
         first = ("in each iteration the parts add up to its time, so the mean row adds up too; the median, "
                  "p95 and worst are each column's own (of different iterations); definitions in "
                  "docs/cli.md (jobprof summary)")
-        out += [f"  note: {n}" for n in [first, *bases, "; ".join(worst)] if n]
+        out += [f"  note: {n}" for n in [first, *bases, "; ".join(worst), startup_note(ranks)] if n]
     cross = model["cross_rank"]
     if cross:
         what = "time outside collectives" if cross["measure"] == "busy" else "iteration time"

@@ -144,6 +144,15 @@ def _ranks(model: dict[str, Any]) -> str:
                        "defines each part", *bases]))
     if worst:
         out.append(f'<p class="note">{worst}</p>')
+    startup = "; ".join(
+        f"rank {escape(str(r['rank']))}: "
+        + num(r["startup"]["ms"], key("ranks", i, "startup", "ms"), MS, tag="span")
+        + " ms, jobprof's own startup "
+        + num(r["startup"]["own_ms"], key("ranks", i, "startup", "own_ms"), MS, tag="span") + " ms of it"
+        for i, r in enumerate(ranks) if r.get("startup"))
+    if startup:
+        out.append('<p class="note">before iteration 1, in no iteration (from profiling start as the process '
+                   f"starts: imports, setup, the first batch, up to the first forward): {startup}</p>")
     return "".join(out)
 
 
