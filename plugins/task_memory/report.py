@@ -236,6 +236,16 @@ def _binned(series: list[list[Any]], limit: int = SERIES) -> list[list[Any]]:
     ]
 
 
+def _binned_note(iterations: int, kept: int, shown: int) -> str:
+    """What a thinned series shows: the facts kept ``kept`` of ``iterations`` rows, the
+    section shows ``shown`` of those (each step keeps the highest peak of each run)."""
+    run = -(-iterations // shown)
+    exact = iterations == kept or kept <= shown  # one thinning: every run has the same length
+    return (f"{iterations} iterations in {shown} rows: each row is the iteration with the highest peak "
+            f"of a run of {'' if exact else 'about '}{run} consecutive ones (its number in the "
+            f"iteration column); every iteration's figures are in memory_record_*.csv")
+
+
 def _creep(series: list[list[Any]]) -> dict[str, Any] | None:
     """Growth of memory at the iteration's end (allocated where known, else RSS), after the
     first iteration (which allocates what stays: optimizer state, caches)."""
@@ -395,12 +405,7 @@ def sections(profile: Profile) -> list[Section]:
                     "largest holder",
                 ],
                 rows,
-                [
-                    f"{facts['iterations']} iterations: of each run of consecutive ones, the one with "
-                    "the highest peak"
-                ]
-                if binned
-                else [],
+                [_binned_note(facts["iterations"], len(facts["series"]), len(shown))] if binned else [],
                 key="memory_iterations",
                 chart=("peak_allocated", "peak_reserved", "peak_rss"),
             )
