@@ -123,7 +123,7 @@ def dp_sections(profile: Profile) -> list[Section]:
                 who = f"rank {profile.rank(device)} " if len(profile.devices) > 1 else ""
                 findings.append(Finding(
                     "data_bound", f"data-bound: {who}loader{loader} ({about.get('dataset', '?')}): the loop "
-                    f"waited for the DataLoader in {100 * share:.0f}% of iteration time (over {kept} "
+                    f"waited for the DataLoader in {100 * share:.1f}% of iteration time (over {kept} "
                     f"iterations, each worker's first batch left out); {why}",
                     {"rank": profile.rank(device), "loader": loader, "share": share,
                      "iterations": kept, "workers": about.get("workers"),
@@ -131,6 +131,9 @@ def dp_sections(profile: Profile) -> list[Section]:
                     weight=3 if share >= 3 * DATA_BOUND_SHARE else 2))
     if not rows:
         return []
+    notes.append("wait % of iter: the loop's wait in next() over the time of the iterations after each "
+                 "worker's first batch (workers starting are left out); the breakdown's data wait share "
+                 "counts every iteration")
     return [Section("DataLoader (median per batch, ms)",
                     ["device", "loader", "dataset", "workers", "batches", "wait", "wait % of iter",
                      "fetch", "collate", "buffered at request", "verdict"], rows, notes,
