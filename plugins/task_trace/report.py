@@ -213,6 +213,9 @@ def top_sections(profile: Profile) -> list[Section]:
                          f"{100 * sum(g[1] for _, g in ranked[TOP:]) / grand:.1f}% of task time")
     if not rows:
         return []
+    notes.append("OP Type: the operator without its namespace (aten::mm is mm); Core Type: the engine that "
+                 "ran its tasks (CUDA kernels, MEMCPY, MEMSET, COMMUNICATION; on a CPU-only job CPU, the "
+                 "top-level operator is the task); msprof's names, docs/msprof.md")
     notes.append("median and p95 per call from the drill-down's op_summary files (2% buckets); N/A "
                  "where none was read")
     out = [Section(f"Top operators (top {TOP} per device)",
