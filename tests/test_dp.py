@@ -16,9 +16,16 @@ from conftest import Runner, check_timeline, raw, read_csv
 pytestmark = pytest.mark.torch_versions  # .ci/run runs it on every torch of its legs too
 
 MODEL = 4294967295
-# Stated tolerance: a measured fetch is at least the injected sleeps minus 1 ms and at most
-# the injected sleeps plus TOLERANCE_MS (sleep overshoot and Python around it on a noisy VM).
+# Stated tolerance: every measured fetch is at least the injected sleeps minus 1 ms, and their
+# median at most the injected sleeps plus TOLERANCE_MS (sleep overshoot and Python around it on
+# a noisy VM).  The median, not each: a fetch the 2-core CI machine preempted is really that
+# long (one of 8 took 38 ms against 12 ms of sleeps in CI run 80, with another job running).
 TOLERANCE_MS = 12
+
+
+def assert_sleeps(durations_ms: list[float], sleeps_ms: float) -> None:
+    assert min(durations_ms) >= sleeps_ms - 1, durations_ms
+    assert statistics.median(durations_ms) <= sleeps_ms + TOLERANCE_MS, durations_ms
 
 JOB = """
 import sys, time
@@ -138,9 +145,9 @@ def test_inline_loader_fetch_time_matches_the_sleeps(inline):
     for r in nexts:
         fetch_start, collate_start, collate_end, size = r["f"]
         assert size == 4 and r["w"] == -1
-        assert 4 * 3 - 1 <= ms(collate_start - fetch_start) <= 4 * 3 + TOLERANCE_MS
         assert r["t0"] <= fetch_start <= collate_start <= collate_end <= r["t1"]
         assert r["q0"] == 0 and r["q1"] == 0  # nothing is ever prefetched without workers
+    assert_sleeps([ms(r["f"][1] - r["f"][0]) for r in nexts], 4 * 3)
 
 
 def test_every_loader_and_epoch_is_seen(inline):
@@ -167,8 +174,8 @@ def test_data_bound_loop(data_bound):
     nexts = records(data_bound, "next")[2:]  # skip the workers' start-up
     fetches = records(data_bound, "fetch")
     assert len(records(data_bound, "next")) == 12 and len(fetches) == 12
+    assert_sleeps([ms(r["t1"] - r["t0"]) for r in fetches], 4 * 10)
     for r in fetches:
-        assert 4 * 10 - 1 <= ms(r["t1"] - r["t0"]) <= 4 * 10 + TOLERANCE_MS
         assert r["n"] == 4 and r["t0"] <= r["t1"] <= r["t2"]
     # two workers, 40 ms each: a batch every ~20 ms, the loop needs ~1 ms; it waits on every
     # other batch (the two workers finish together) and nothing is ready when it does
@@ -190,7 +197,7 @@ def test_compute_bound_loop_has_batches_buffered(compute_bound):
     assert statistics.median(ms(r["t1"] - r["t0"]) for r in steady) < 60 / 4
     fetches = records(compute_bound, "fetch")  # spawned workers report through their own session
     assert len(fetches) == 12
-    assert all(4 * 1 - 1 <= ms(r["t1"] - r["t0"]) <= 4 * 1 + TOLERANCE_MS for r in fetches)
+    assert_sleeps([ms(r["t1"] - r["t0"]) for r in fetches], 4 * 1)
 
 
 def test_data_aug_bound_agrees_with_the_measured_wait(data_bound):
