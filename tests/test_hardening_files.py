@@ -265,6 +265,28 @@ def test_raw_writer_refuses_planted_links(tmp_path: Path, plant: str) -> None:
     assert not (tmp_path / "elsewhere").exists() or not list((tmp_path / "elsewhere").iterdir())
 
 
+@pytest.mark.parametrize("plant", ["data", "kineto"])
+def test_scratch_files_never_go_through_a_planted_link(tmp_path: Path, plant: str) -> None:
+    """The operator tier's scratch file (made at each iteration end on the training thread):
+    its folders made when missing, a planted link at either level refused, nothing written
+    through it."""
+    from jobprof.files import kinetotrace
+
+    device = tmp_path / "PROF_000001_20260101000000000_ABCDEFGHIJKLMNOP" / "device_0"
+    device.mkdir(parents=True)
+    first, second = kinetotrace.scratch_file(device), kinetotrace.scratch_file(device)
+    assert first != second and first.parent == device / "data" / kinetotrace.FOLDER
+    assert first.stat().st_size == 0 and oct(first.stat().st_mode & 0o777) == oct(fsio.FILE_MODE)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = device / "data" if plant == "data" else device / "data" / kinetotrace.FOLDER
+    moved.rename(tmp_path / "moved")
+    moved.symlink_to(elsewhere)
+    with pytest.raises(fsio.UnsafePath, match="is a symbolic link"):
+        kinetotrace.scratch_file(device)
+    assert not list(elsewhere.iterdir())
+
+
 SWAP_SUMMARY = """
 import os, time
 from pathlib import Path

@@ -28,6 +28,7 @@ import os
 import secrets
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -223,6 +224,24 @@ def create(path: Path, root: Path | None = None, binary: bool = False) -> IO[Any
     if binary:
         return os.fdopen(new, "wb")
     return os.fdopen(new, "w", newline="", encoding="utf-8", errors="backslashreplace")
+
+
+def new_empty_file(folder: Path, name: Callable[[], str], root: Path | None = None, tries: int = 100) -> Path:
+    """A new empty file in ``folder`` (made if missing, through no link below ``root``), named
+    ``name()`` until a name is free (``O_EXCL|O_NOFOLLOW``, :data:`FILE_MODE`): one walk of the
+    path and no file object, for a file made at every iteration end on the training thread."""
+    fd = open_dir(folder, root, create=True)
+    try:
+        for _ in range(tries):
+            path = folder / name()
+            try:
+                os.close(os.open(path.name, _NEW_FLAGS, FILE_MODE, dir_fd=fd))
+            except FileExistsError:
+                continue
+            return path
+    finally:
+        os.close(fd)
+    raise FileExistsError(f"no free name in {folder}")
 
 
 def open_append(path: Path, root: Path | None = None) -> int:

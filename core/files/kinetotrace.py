@@ -74,16 +74,10 @@ def save_window(result: Any, number: int, device_dir: Path) -> tuple[str, int]:
 
 def scratch_file(device_dir: Path) -> Path:
     """A new empty file in ``data/kineto/`` for Kineto to write one window into."""
+    pid = os.getpid()
     folder = device_dir / "data" / FOLDER
-    fsio.make_dirs(folder, root=device_dir.parent)
-    for _ in range(100):
-        path = folder / f".scratch.{os.getpid()}.{time.monotonic_ns()}.json"
-        try:
-            with fsio.create(path, root=device_dir.parent, binary=True):
-                return path
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"no free scratch name in {folder}")
+    return fsio.new_empty_file(folder, lambda: f".scratch.{pid}.{time.monotonic_ns()}.json",
+                               root=device_dir.parent)
 
 
 def forget_window(name: str, device_dir: Path) -> None:
