@@ -227,7 +227,13 @@ def test_core_findings_of_many_ranks() -> None:
 
 def test_terminal_of_many_ranks_shows_distributions() -> None:
     model = make_model(40, 12, straggler=7, unfinished=(3, 30))
+    for entry in model["ranks"]:  # rank 21 started last: 9 s before its first forward
+        entry["startup"] = {"ms": 9000.0 if entry["rank"] == 21 else 2000.0 + entry["rank"], "own_ms": 300.0,
+                            "own": {"calibration": 300.0}}
+    model["ranks"][0]["startup"] = None  # one rank with iteration 1 unknown: left out
     text = render(model)
+    assert ("before iteration 1, in no iteration (profiling start to the first forward): p50 2.02 s, "
+            "the longest 9.00 s (rank 21), over 39 ranks") in text
     assert "Iteration time (ms): where it went, per rank" not in text
     assert "Ranks (40, grouped where they read the same)" in text
     assert re.search(r"^0-2, 4-29, 31-39 +38 +5 +12 +1-12 +optimizer_step +yes$", text, re.M), text

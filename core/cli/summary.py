@@ -221,6 +221,13 @@ def _rank_distribution(model: dict[str, Any]) -> list[str]:
                           for o in found["outliers"])
         notes.append(f"slowest ranks by mean iteration time (the {scale.SLOWEST_SHOWN} slowest and any over "
                      f"p50 x {scale.OUTLIER_FACTOR:g}): {named}")
+    started = sorted((r["startup"]["ms"], r["rank"]) for r in ranks if r.get("startup"))
+    if started:
+        p50 = started[(len(started) - 1) // 2][0]  # nearest rank, as the table's
+        longest, rank = started[-1]
+        notes.append(f"before iteration 1, in no iteration (profiling start to the first forward): p50 "
+                     f"{p50 / 1e3:,.2f} s, the longest {longest / 1e3:,.2f} s (rank {rank}), "
+                     f"over {len(started)} ranks")
     notes.append(f"unfinished rank(s) (no end_info): {scale.rank_list(found['unfinished'])}"
                  if found["unfinished"] else "every rank finished")
     if found["no_iterations"]:
