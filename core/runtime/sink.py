@@ -83,6 +83,13 @@ def _importing(frame: Any) -> bool:
     return False
 
 
+def _waiting_for_an_import(frame: Any) -> bool:
+    """Is this innermost frame a wait for another thread's import (a module lock of importlib)?
+    An import that runs, however slowly (a loaded machine, a heavy module), is not one."""
+    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap") \
+        and frame.f_code.co_name in ("acquire", "_lock_unlock_module")
+
+
 class Sink:
     def __init__(self, device_dir: Path, meta: export.DeviceMeta,
                  writers: Iterable[tuple[str, WriterSpec]], budget: StorageBudget,
@@ -183,13 +190,16 @@ class Sink:
                 self._work_lock.release()
 
     def _wait(self, attempt: Callable[[float], bool]) -> bool:
-        """Try ``attempt(timeout)`` until it succeeds, or until both threads have been inside
-        an import for :attr:`lock_wait_s` (see there)."""
+        """Try ``attempt(timeout)`` until it succeeds, or until this thread has been inside an
+        import while the sink thread waited for an import's lock, for :attr:`lock_wait_s` (see
+        there).  A sink thread that is importing but not waiting (a slow import on a loaded
+        machine) is waited for: taking 1 s of that for a deadlock left its queued iterations'
+        raw data unsaved (the likely cause of CI run 82's 67 iterations without raw data)."""
         assert self.lock_wait_s is not None
         risky_since = None
         while not attempt(0.05):
             theirs = sys._current_frames().get(self._thread.ident or 0)
-            if not (_importing(sys._getframe()) and _importing(theirs)):
+            if not (_importing(sys._getframe()) and _waiting_for_an_import(theirs)):
                 risky_since = None
             elif self.stuck:  # found so once already: not again for every step of the end
                 return False
