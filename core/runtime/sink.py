@@ -87,7 +87,7 @@ def _waiting_for_an_import(frame: Any) -> bool:
     """Is this innermost frame a wait for another thread's import (a module lock of importlib)?
     An import that runs, however slowly (a loaded machine, a heavy module), is not one."""
     return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap") \
-        and frame.f_code.co_name in ("acquire", "_lock_unlock_module")
+        and frame.f_code.co_name in ("acquire", "_lock_unlock_module", "_get_module_lock")
 
 
 class Sink:
