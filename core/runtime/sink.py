@@ -141,8 +141,8 @@ class Sink:
         self.export_seconds = 0.0
         self.failed = False
         #: set when the process is going away (SIGTERM): if the signal interrupted the main
-        #: thread inside an import while this thread, holding the work lock, is importing too
-        #: (it may wait for that very import: both then waited for ever), the lock is waited
+        #: thread inside an import while this thread, holding the work lock, waits for an
+        #: import's lock (maybe that very import: both then waited for ever), the lock is waited
         #: for this long at most (s); otherwise, as long as the work takes
         self.lock_wait_s: float | None = None
         #: the lock was not had within lock_wait_s: what this thread held was left unsaved
