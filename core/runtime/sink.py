@@ -83,13 +83,6 @@ def _importing(frame: Any) -> bool:
     return False
 
 
-def _waiting_for_an_import(frame: Any) -> bool:
-    """Is this innermost frame a wait for another thread's import (a module lock of importlib)?
-    An import that runs, however slowly (a loaded machine, a heavy module), is not one."""
-    return frame is not None and frame.f_code.co_filename.startswith("<frozen importlib._bootstrap") \
-        and frame.f_code.co_name in ("acquire", "_lock_unlock_module", "_get_module_lock")
-
-
 class Sink:
     def __init__(self, device_dir: Path, meta: export.DeviceMeta,
                  writers: Iterable[tuple[str, WriterSpec]], budget: StorageBudget,
@@ -141,8 +134,8 @@ class Sink:
         self.export_seconds = 0.0
         self.failed = False
         #: set when the process is going away (SIGTERM): if the signal interrupted the main
-        #: thread inside an import while this thread, holding the work lock, waits for an
-        #: import's lock (maybe that very import: both then waited for ever), the lock is waited
+        #: thread inside an import while this thread, holding the work lock, is importing too
+        #: (it may wait for that very import: both then waited for ever), the lock is waited
         #: for this long at most (s); otherwise, as long as the work takes
         self.lock_wait_s: float | None = None
         #: the lock was not had within lock_wait_s: what this thread held was left unsaved
@@ -190,16 +183,13 @@ class Sink:
                 self._work_lock.release()
 
     def _wait(self, attempt: Callable[[float], bool]) -> bool:
-        """Try ``attempt(timeout)`` until it succeeds, or until this thread has been inside an
-        import while the sink thread waited for an import's lock, for :attr:`lock_wait_s` (see
-        there).  A sink thread that is importing but not waiting (a slow import on a loaded
-        machine) is waited for: taking 1 s of that for a deadlock left its queued iterations'
-        raw data unsaved (the likely cause of CI run 82's 67 iterations without raw data)."""
+        """Try ``attempt(timeout)`` until it succeeds, or until both threads have been inside
+        an import for :attr:`lock_wait_s` (see there)."""
         assert self.lock_wait_s is not None
         risky_since = None
         while not attempt(0.05):
             theirs = sys._current_frames().get(self._thread.ident or 0)
-            if not (_importing(sys._getframe()) and _waiting_for_an_import(theirs)):
+            if not (_importing(sys._getframe()) and _importing(theirs)):
                 risky_since = None
             elif self.stuck:  # found so once already: not again for every step of the end
                 return False
