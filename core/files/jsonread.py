@@ -42,6 +42,13 @@ def _fast() -> Any:
     return orjson
 
 
+def preload() -> None:
+    """Import orjson now, on this thread: the profiled job's exporting thread reads raw data
+    back, and its first read importing it at exit deadlocked with a SIGTERM that interrupted
+    the main thread inside an import (torch's atexit; CI run 83, py-spy of the hung job)."""
+    _fast()
+
+
 def loads(data: bytes | str) -> Any:
     """``json.loads(data)``, by orjson where it can (ValueError / RecursionError as json's)."""
     fast = _fast()

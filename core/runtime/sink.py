@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jobprof.analysis.selection import ranges
-from jobprof.files import export, fsio, kinetotrace, rawstore
+from jobprof.files import export, fsio, jsonread, kinetotrace, rawstore
 from jobprof.plugin.records import OPS_STREAM
 from jobprof.plugin.values import WriterSpec
 from jobprof.runtime.storage import StorageBudget
@@ -146,6 +146,8 @@ class Sink:
                 handle.write(bytes(RESERVE_BYTES))
         except OSError:
             self._reserve.unlink(missing_ok=True)  # no room even now: the first write will say so
+        if render:
+            jsonread.preload()  # never imported on the sink thread at exit (see there)
         self._thread = threading.Thread(target=self._run, name="jobprof-sink", daemon=True)
         self._thread.start()
 
