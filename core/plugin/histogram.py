@@ -41,35 +41,34 @@ def merge(into: dict[int, int], other: Mapping[Any, int]) -> None:
         into[k] = into.get(k, 0) + n
 
 
-def quantile(histogram: Mapping[int, int], q: float) -> float:
-    """The nearest-rank quantile ``q`` (0-1) of the counted values, as its bucket's centre (the
-    values' unit); NaN for an empty histogram."""
+def quantiles(histogram: Mapping[int, int], *qs: float) -> tuple[float, ...]:
+    """The nearest-rank quantiles ``qs`` (each 0-1, ascending) of the counted values, each as its
+    bucket's centre (the values' unit), in one pass over the sorted buckets; NaNs for an empty
+    histogram."""
     total = sum(histogram.values())
     if not total:
-        return math.nan
-    rank, seen = max(1, math.ceil(q * total)), 0
+        return tuple(math.nan for _ in qs)
+    ranks = [max(1, math.ceil(q * total)) for q in qs]
+    found: list[float] = []
+    seen = 0
     for key in sorted(histogram):
         seen += histogram[key]
-        if seen >= rank:
-            return math.exp(key * BUCKET)
-    return math.nan  # not reached: rank <= total
+        while len(found) < len(ranks) and seen >= ranks[len(found)]:
+            found.append(math.exp(key * BUCKET))
+        if len(found) == len(ranks):
+            break
+    return tuple(found)
+
+
+def quantile(histogram: Mapping[int, int], q: float) -> float:
+    """The nearest-rank quantile ``q`` (0-1) of the counted values (see :func:`quantiles`)."""
+    return quantiles(histogram, q)[0]
 
 
 def median_p95(histogram: Mapping[int, int]) -> tuple[float, float]:
-    """``(quantile(h, 0.5), quantile(h, 0.95))`` in one pass over the sorted buckets: what
-    every report section shows of a histogram (NaNs for an empty one)."""
-    total = sum(histogram.values())
-    if not total:
-        return math.nan, math.nan
-    ranks, seen = (max(1, math.ceil(0.5 * total)), max(1, math.ceil(0.95 * total))), 0
-    found: list[float] = []
-    for key in sorted(histogram):
-        seen += histogram[key]
-        while len(found) < 2 and seen >= ranks[len(found)]:
-            found.append(math.exp(key * BUCKET))
-        if len(found) == 2:
-            break
-    return found[0], found[1]
+    """``(quantile(h, 0.5), quantile(h, 0.95))``: what every report section shows of a histogram."""
+    median, p95 = quantiles(histogram, 0.5, 0.95)
+    return median, p95
 
 
 def jsonable(histogram: Mapping[int, int]) -> dict[str, int]:
