@@ -139,6 +139,10 @@ def summarize(profile: Profile, manager: PluginManager, progress: Progress = qui
     return model
 
 
+#: what ranks[].startup measures, as the summary and the report say it
+BEFORE_FIRST = ("before iteration 1, in no iteration (from profiling start as the process starts: imports, "
+                "setup, the first batch, up to the first forward)")
+
 #: the footnote of a rank that is a process, not a rank of a distributed job
 NOT_A_RANK = ("* not a rank of a distributed job (no RANK / WORLD_SIZE, no process group): a process "
               "that ran with PROFILING_MODE set (a helper or child inherits it from the job's "

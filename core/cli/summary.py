@@ -17,7 +17,7 @@ from jobprof.analysis import breakdown
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.report.fmt import MS, PCT, text
 from jobprof.analysis.selection import narrowed
-from jobprof.analysis.summary import process_marks, summarize
+from jobprof.analysis.summary import BEFORE_FIRST, process_marks, summarize
 from jobprof.cli._common import (
     add_engine,
     add_prof_dir,
@@ -76,8 +76,7 @@ def startup_note(ranks: list[dict[str, Any]]) -> str:
             f" ({startup['own_ms']:,.0f} ms of it jobprof's own startup: {own})" if own else ""))
     if not said:
         return ""
-    return ("before iteration 1, in no iteration (from profiling start as the process starts: imports, "
-            "setup, the first batch, up to the first forward): " + "; ".join(said))
+    return f"{BEFORE_FIRST}: " + "; ".join(said)
 
 
 def render(model: dict[str, Any]) -> str:

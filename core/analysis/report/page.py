@@ -14,7 +14,7 @@ from jobprof.analysis import breakdown, scale
 from jobprof.analysis.report import charts, scaled, trace
 from jobprof.analysis.report.fmt import MS, PCT, cell, key, num, table
 from jobprof.analysis.selection import narrowed
-from jobprof.analysis.summary import process_marks
+from jobprof.analysis.summary import BEFORE_FIRST, process_marks
 from jobprof.files.rawstore import escaped
 
 STATS = ("mean", "median", "p95", "worst")
@@ -151,8 +151,7 @@ def _ranks(model: dict[str, Any]) -> str:
         + num(r["startup"]["own_ms"], key("ranks", i, "startup", "own_ms"), MS, tag="span") + " ms of it"
         for i, r in enumerate(ranks) if r.get("startup"))
     if startup:
-        out.append('<p class="note">before iteration 1, in no iteration (from profiling start as the process '
-                   f"starts: imports, setup, the first batch, up to the first forward): {startup}</p>")
+        out.append(f'<p class="note">{escape(BEFORE_FIRST)}: {startup}</p>')
     return "".join(out)
 
 
