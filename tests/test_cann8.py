@@ -238,3 +238,23 @@ def test_per_rank_export_one_prof_per_rank_with_analyze(job: Path, tmp_path: Pat
             assert list(matrix[key]) == [f"{rank}-{rank}"]
     again = jobprof_cli("export", str(job), "--per-rank", str(out))
     assert again.returncode == 1 and f"--per-rank {out} exists" in again.stderr
+
+
+@pytest.mark.slow
+def test_per_rank_export_of_collectives_without_group_ranks(job: Path, tmp_path: Path) -> None:
+    """A collective whose group ranks are N/A (written so before the capture took them when the
+    group is first used) keys the rank's own link by its rank in the group, not as rank 0's."""
+    from jobprof.analysis import per_rank
+
+    prof = tmp_path / job.name
+    shutil.copytree(job, prof)
+    files = per_iteration(prof, "timeline", "hccl")[1]
+    for file in files:
+        events = json.loads(file.read_text())
+        for event in events:
+            if event["ph"] == "X":
+                event["args"]["group ranks"] = "N/A"
+        file.write_text(json.dumps(events))
+    result = per_rank.split(prof, tmp_path / "ranks")
+    matrix = json.loads((result.folders[1] / "analyze" / "communication_matrix.json").read_text())
+    assert matrix and {link for links in matrix.values() for link in links} == {"1-1"}

@@ -502,3 +502,26 @@ def test_capture_in_process_and_uninstall_restores_torch() -> None:
         assert capture.take(everything) == [] and capture.recorded == 3
     finally:
         dist.destroy_process_group()
+
+
+def test_group_ranks_survive_destroy_process_group() -> None:
+    """The group's global ranks are taken when its first operation is called: the records of
+    a job's last iterations are often handed over after ``destroy_process_group`` emptied
+    torch's registry of groups (before, they had "group ranks" N/A, and ``export --per-rank``
+    keyed such a rank's link as rank 0's: CI)."""
+    import torch
+    import torch.distributed as dist
+
+    from jobprof.plugin.values import Iteration
+    from jobprof.plugins.hccl.capture import Capture
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    capture = Capture(torch, pytest.fail)
+    capture.install()
+    try:
+        dist.all_reduce(torch.ones(3))
+    finally:
+        capture.uninstall()
+        dist.destroy_process_group()
+    [record] = capture.take(Iteration(1, 0, 2**62, "explicit"))
+    assert (record["op"], record["ranks"], record["rank"]) == ("all_reduce", [0], 0)

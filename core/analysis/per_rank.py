@@ -73,7 +73,12 @@ class _Call:
     dur_us: float
     size: int
     backend: str
-    ranks: tuple[int, ...]
+    ranks: tuple[int, ...]  # () where the record has none ("N/A")
+    group_rank: int  # the rank's place in its group
+
+
+def _ranks(value: Any) -> tuple[int, ...]:
+    return tuple(int(r) for r in value) if isinstance(value, list) else ()
 
 
 def _calls(sources: Iterable[RankSource]) -> Iterator[_Call]:
@@ -88,7 +93,8 @@ def _calls(sources: Iterable[RankSource]) -> Iterator[_Call]:
                 yield _Call(source.rank, str(event["name"]), str(args.get("group name") or args.get("group")),
                             int(args["seq"]), base_us + float(event["ts"]), float(event.get("dur", 0)),
                             int(args.get("size(Byte)") or 0), str(args.get("backend", "N/A")),
-                            tuple(args.get("group ranks") or ()))
+                            _ranks(args.get("group ranks")),
+                            int(args["rank"]) if isinstance(args.get("rank"), int) else source.rank)
 
 
 def _waits(calls: list[_Call]) -> tuple[dict[tuple[int, str, int], float], int]:
@@ -188,7 +194,7 @@ def _write_analyze(rank_prof: Path, rank: int, calls: Iterable[_Call],
         communication[key] = {"Communication Time Info": _time_info(call, wait),
                               "Communication Bandwidth Info": {call.backend.upper(): bandwidth}}
         # the rank's own link only: jobprof does not see which peer each byte went to
-        local = call.ranks.index(rank) if rank in call.ranks else 0
+        local = call.ranks.index(rank) if rank in call.ranks else call.group_rank
         matrix[key] = {f"{local}-{local}": {"Transport Type": call.backend.upper(),
                                             "Transit Size(MB)": bandwidth["Transit Size(MB)"],
                                             "Transit Time(ms)": bandwidth["Transit Time(ms)"],

@@ -204,6 +204,9 @@ class Capture:
     def _group(self, pg: Any) -> dict[str, Any]:
         group = {"name": pg.group_name, "desc": pg.group_desc, "size": pg.size(), "rank": pg.rank(),
                  "backend": pg.name(), "ranks": None, "calls": 0, "timed": False}
+        # now, once per group: the sink may hand the records over after destroy_process_group
+        # emptied torch's registry of groups (a job's last iterations, at exit)
+        group["ranks"] = self._global_ranks(group)
         self._groups[group["name"]] = group
         return group
 
