@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Runner, clean_env, jobprof_cli, raw_iterations, wait_rendered
+from conftest import REPO, Runner, clean_env, free_port, jobprof_cli, raw_iterations, wait_rendered
 from jobprof.analysis.selection import ranges
 from jobprof.files import handover, rawstore
 from jobprof.files.profdir import iteration_files
@@ -455,6 +455,55 @@ def test_sigterm_inside_an_import_the_sink_thread_waits_for_ends_the_job(tmp_pat
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("ended")]
     _, stuck, seconds = line.split()
     assert stuck == "True" and 1.0 <= float(seconds) < 3, line
+
+
+#: records every real import (a module not yet in sys.modules: the import system's locks taken)
+#: made on jobprof's exporting thread, from the job's first line to its last
+SINK_IMPORTS = """
+import os, sys, threading
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+
+def audit(event, args):
+    if event == "import" and threading.current_thread().name == "jobprof-sink":
+        os.write(log, f"{args[0]}\\n".encode())
+
+sys.addaudithook(audit)
+import torch, torch.distributed as dist
+from torch import nn
+
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{sys.argv[2]}", rank=0, world_size=1)
+model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = torch.utils.data.DataLoader(torch.randn(64, 16), batch_size=8)
+for batch in loader:
+    with torch.autograd.profiler.record_function("forward"):
+        loss = model(batch).sum()
+    loss.backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+    opt.step()
+    opt.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("export", ["inline", "background"])
+def test_the_exporting_thread_imports_nothing(runner: Runner, tmp_path: Path, export: str) -> None:
+    """Every module jobprof's exporting thread needs is imported as it starts, never on that
+    thread: a SIGTERM that interrupts the main thread inside an import at exit, while that thread
+    (holding the sink's lock) imports, deadlocks the two (CI runs 61 and 83, py-spy); the 1 s
+    rescue then loses the raw data that thread held."""
+    log = tmp_path / "imports.txt"
+    options = {"training_trace": "on", "task_trace": "on", "msproftx": "on", "aicpu": "on", "hccl": "on",
+               "aic_metrics": "PipeUtilization", "task_memory": "on", "l2": "on", "runtime_api": "on",
+               "host_sys_usage": "cpu,mem", "export": export}
+    proc = runner.run(SINK_IMPORTS, options, args=[str(log), str(free_port())])
+    assert proc.returncode == 0, proc.stderr
+    device = runner.device_dir()
+    assert rendered(device, "msprof", "timeline") >= set(range(1, 8)), proc.stderr
+    assert rendered(device, "hccl", "timeline") and rendered(device, "dp", "summary"), proc.stderr
+    imported = log.read_text().split() if log.exists() else []
+    assert imported == [], f"imported on the exporting thread: {imported}"
 
 
 # -- smaller ------------------------------------------------------------------------------------

@@ -537,6 +537,10 @@ class Session:
                 self.reporter.warning(f"aic_metrics '{group}': no plugin provides this metric group, "
                                       "so op_summary gets no metric columns (`jobprof plugins` shows "
                                       "which plugin answers each group)")
+            if self.config.get("export") != "off":
+                # imported here, on the job's thread: the exporting thread must import nothing
+                # (a SIGTERM inside a main-thread import at exit deadlocks it; CI runs 61, 83)
+                from jobprof.analysis import facts  # noqa: F401
             budget = StorageBudget.for_device(self.device_dir, self.config.storage_limit_mb,
                                               on_ageing=self.reporter.warning)
             self.sink = Sink(self.device_dir, meta, export.writers_for(self.manager, self.config),
