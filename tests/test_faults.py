@@ -426,6 +426,7 @@ def handler(signum, frame):  # what the session's SIGTERM path does with the sin
     out.settle()
     out.close()
     print("ended", out.stuck, round(time.monotonic() - began, 1), flush=True)
+    print("at", out.stuck_at, flush=True)
     os._exit(0)
 
 signal.signal(signal.SIGTERM, handler)
@@ -455,6 +456,10 @@ def test_sigterm_inside_an_import_the_sink_thread_waits_for_ends_the_job(tmp_pat
     [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("ended")]
     _, stuck, seconds = line.split()
     assert stuck == "True" and 1.0 <= float(seconds) < 3, line
+    # the message names where the exporting thread was importing: the import in flush_raw
+    [at] = [ln for ln in done.stdout.splitlines() if ln.startswith("at ")]
+    line_no = IMPORT_DEADLOCK.splitlines().index("    import slowmod") + 1
+    assert at == f"at {script}:{line_no} in flush_raw", done.stdout
 
 
 #: records every real import (a module not yet in sys.modules: the import system's locks taken)

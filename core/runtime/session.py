@@ -418,7 +418,8 @@ class Session:
             sink = self.sink
             if sink.stuck:
                 self.reporter.warning(
-                    f"the exporting thread was waiting for an import that {reason} interrupted; "
+                    f"the exporting thread was waiting for an import that {reason} interrupted"
+                    f"{f' (its import at {sink.stuck_at})' if sink.stuck_at else ''}; "
                     f"after {sink.lock_wait_s:g} s jobprof went on without it: iterations after the "
                     "last one on disk are lost")
             for note, iterations in sink.notes.items():  # one line per kind, not per iteration

@@ -76,11 +76,24 @@ def _collector_paused() -> Iterator[None]:
 
 def _importing(frame: Any) -> bool:
     """Is this stack inside Python's import machinery (an import not yet finished)?"""
+    return _import_site(frame) is not None
+
+
+def _import_site(frame: Any) -> str | None:
+    """Where this stack's outermost unfinished import was made (``file:line in function``),
+    or None when it is in no import."""
+    site = None
     while frame is not None:
         if frame.f_code.co_filename.startswith("<frozen importlib._bootstrap"):
-            return True
+            caller = frame.f_back
+            while caller is not None and caller.f_code.co_filename.startswith("<frozen importlib"):
+                caller = caller.f_back
+            if caller is not None:
+                site = f"{caller.f_code.co_filename}:{caller.f_lineno} in {caller.f_code.co_name}"
+            else:
+                site = site or "the import system"
         frame = frame.f_back
-    return False
+    return site
 
 
 class Sink:
@@ -140,6 +153,8 @@ class Sink:
         self.lock_wait_s: float | None = None
         #: the lock was not had within lock_wait_s: what this thread held was left unsaved
         self.stuck = False
+        #: where this thread was importing when it was given up on (``file:line in function``)
+        self.stuck_at = ""
         self._reserve = device_dir / "data" / RESERVE_NAME
         try:
             with fsio.create(self._reserve, root=device_dir.parent, binary=True) as handle:
@@ -198,6 +213,7 @@ class Sink:
             elif risky_since is None:
                 risky_since = time.monotonic()
             elif time.monotonic() - risky_since > self.lock_wait_s:
+                self.stuck_at = _import_site(theirs) or ""
                 return False
         return True
 
