@@ -123,30 +123,50 @@ def _calls(profile: Profile, device: int, top: list[tuple[str, str]]) -> dict[st
     drilled = {f"{op}|{core}" for op, core in top[:DRILL_TYPES]}  # the rest: median and p95 only
     per_type: dict[str, dict[str, Any]] = {}
     read = 0
+    #: a duration's text -> (µs, its ns bucket), or None when it is no finite number: durations
+    #: repeat, and one op_summary can hold 200,000 rows (rows as lists, not dicts, for the same reason)
+    parsed: dict[str, tuple[float, int] | None] = {}
     for path in chosen:
         try:
             with profile.open_text(path) as handle:
-                rows = list(csv.DictReader(handle))
+                header, *rows = list(csv.reader(handle)) or [[]]
         except (OSError, ValueError, csv.Error):  # _groups names unreadable files of the run
             continue
         read += 1
+        columns = {name: i for i, name in enumerate(header)}
+        # op_statistic's Core Type is op_summary's Task Type
+        op_at, core_at, dur_at = (columns.get(name) for name in ("OP Type", "Task Type", "Task Duration(us)"))
+        if op_at is None or core_at is None or dur_at is None:
+            continue
+        shapes_at = columns.get("Input Shapes", len(header))
+        least = max(op_at, core_at, dur_at) + 1
         iteration = _iteration_of(path)
         for row in rows:
-            key = f"{row.get('OP Type')}|{row.get('Task Type')}"  # op_statistic's Core Type
+            if len(row) < least:
+                continue
+            key = f"{row[op_at]}|{row[core_at]}"
             if key not in wanted:
                 continue
-            try:
-                us = float(row["Task Duration(us)"])
-            except (KeyError, TypeError, ValueError):
+            text = row[dur_at]
+            value = parsed.get(text)
+            if value is None and text not in parsed:
+                try:
+                    us = float(text)
+                except ValueError:
+                    us = math.nan
+                value = parsed[text] = (us, hist.bucket(us * 1000)) if math.isfinite(us) else None
+            if value is None:
                 continue
-            if not math.isfinite(us):
-                continue
+            us, bucket = value  # ns buckets: sub-µs calls keep their own
             entry = per_type.setdefault(key, {"hist": {}, "shapes": {}})
-            hist.add(entry["hist"], us * 1000)  # ns: sub-µs calls keep their own buckets
-            shape = entry["shapes"].setdefault(row.get("Input Shapes") or "N/A", [0, 0.0, {}, -1.0, None])
+            counts = entry["hist"]
+            counts[bucket] = counts.get(bucket, 0) + 1
+            shape = entry["shapes"].setdefault((row[shapes_at] if shapes_at < len(row) else "") or "N/A",
+                                               [0, 0.0, {}, -1.0, None])
             shape[0] += 1
             shape[1] += us
-            hist.add(shape[2], us * 1000)
+            counts = shape[2]
+            counts[bucket] = counts.get(bucket, 0) + 1
             if us > shape[3]:
                 shape[3], shape[4] = us, iteration
     out: dict[str, Any] = {}
