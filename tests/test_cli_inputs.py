@@ -462,5 +462,32 @@ def test_merge_names_a_missing_clock_anchor(prof: Path, tmp_path: Path,
     assert list(merged["metadata"]["jobprof"]["ranks"]) == ["1"]
 
 
+def test_ctrl_c_inside_a_lock_is_an_interruption(prof: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C that lands inside a lock's bookkeeping (``future.result()``'s Condition.wait)
+    surfaces as RuntimeError("cannot release un-acquired lock") with the KeyboardInterrupt as its
+    context: `summary --jobs 2` said "internal error (please report)" and exited 1 (CI run 87).
+    Now it is the interruption it is (130), whatever error the interrupt left behind."""
+    from jobprof.cli import summary
+
+    def interrupted(args: object) -> int:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            # implicit context, as CPython leaves it
+            raise RuntimeError("cannot release un-acquired lock")  # noqa: B904
+
+    monkeypatch.setattr(summary, "run", interrupted)
+    code, _, err = run_cli(["summary", str(prof)], capsys)
+    assert (code, err.strip()) == (130, "jobprof summary: interrupted"), err
+
+    def broken(args: object) -> int:  # the same error without an interrupt: still a bug to report
+        raise RuntimeError("cannot release un-acquired lock")
+
+    monkeypatch.setattr(summary, "run", broken)
+    code, _, err = run_cli(["summary", str(prof)], capsys)
+    assert code == 1 and "internal error" in err and "please report" in err, err
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q"]))

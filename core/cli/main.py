@@ -33,6 +33,20 @@ def _os_error(exc: OSError) -> str:
     return text if exc.filename is None or str(exc.filename) in text else f"{exc.filename}: {text}"
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Did Ctrl-C cause ``exc``?  A KeyboardInterrupt that lands inside a lock's bookkeeping (a
+    ``Condition.wait`` in ``future.result()``) comes out as RuntimeError("cannot release
+    un-acquired lock") with the interrupt as its context (CI run 87: `summary --jobs 2`)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jobprof", description=__doc__)
     parser.add_argument("--version", action="version", version=f"jobprof {__version__}")
@@ -60,6 +74,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(printable(f"jobprof {args.command}: error: {_os_error(exc)}"), file=sys.stderr)
             return 1
         except Exception as exc:
+            if _interrupted(exc):  # see there
+                print(f"jobprof {args.command}: interrupted", file=sys.stderr)
+                return 130
             # the safety net: a profile shaped in a way no reader expected is a bug to report,
             # shown as one line, not a traceback
             print(printable(f"jobprof {args.command}: internal error reading {_inputs(args)}: "
