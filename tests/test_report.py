@@ -430,8 +430,13 @@ def test_one_outlier_iteration_does_not_flatten_the_chart(browser: Any, runner: 
     assert_clean_load(seen, out)
     [chart] = page.query_selector_all("svg.breakdown")
     cut = chart.query_selector_all("g.bar.cut")
-    assert len(cut) == 1 and cut[0].query_selector("text.cut-value").text_content() == f"{slowest:.0f}"
-    tip = cut[0].query_selector("title").text_content()
+    values = [c.query_selector("text.cut-value").text_content() for c in cut]
+    # the spike, and only bars above 3x the median one (on a loaded machine the first
+    # iteration's warm-up can be one too: CI run 87)
+    median = sorted(times)[len(times) // 2]
+    assert f"{slowest:.0f}" in values and all(float(v) > 3 * median - 1 for v in values), (values, times)
+    spike = cut[values.index(f"{slowest:.0f}")]
+    tip = spike.query_selector("title").text_content()
     assert f"{slowest:.3f} ms" in tip
     # where to look next: the iteration's timeline file, which exists
     where = tip.split("timeline ", 1)[1].split(";")[0]
@@ -440,7 +445,7 @@ def test_one_outlier_iteration_does_not_flatten_the_chart(browser: Any, runner: 
     # a typical bar fills a fair part of the plot (it was under 3% of it, scaled to the outlier)
     heights = [sum(float(r.get_attribute("height")) for r in bar.query_selector_all("rect"))
                for bar in chart.query_selector_all("g.bar:not(.cut)")]
-    tallest_cut = sum(float(r.get_attribute("height")) for r in cut[0].query_selector_all("rect"))
+    tallest_cut = sum(float(r.get_attribute("height")) for r in spike.query_selector_all("rect"))
     assert sorted(heights)[len(heights) // 2] > tallest_cut / 6, (heights, tallest_cut)
     assert_numbers_match(page, model)
     page.close()
