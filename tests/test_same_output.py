@@ -38,6 +38,9 @@ is still the old version's):
   ``task_trace_every`` (``1``) among the effective options of info.json.
 - issue 32 (memory): the new plugin ``task_memory`` answers ``jobprof_rank_facts``, so the facts
   files name it among the plugins asked (it is off here and answers nothing).
+- the exporter's modules are imported at the first root forward (the exporting thread imports
+  nothing): info.json's ``own_startup_ms`` gains ``exporter modules``, and in the mlp case, where
+  that forward lies in iteration 1, its raw line holds one more ``profiler`` span (4, not 3).
 - issue 34 (msprof's tools): info.json's ``DeviceInfo`` gains ``compute_units``, ``aiv_num`` (0),
   ``ai_core_num`` and ``aic_frequency`` (machine facts, masked by rule 3); the step_trace
   timeline's span args are in ns as CANN writes them (``Iteration Time(ns)``, ``FP_BP Time(ns)``,
