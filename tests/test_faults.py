@@ -494,10 +494,10 @@ dist.destroy_process_group()
 
 @pytest.mark.parametrize("export", ["inline", "background"])
 def test_the_exporting_thread_imports_nothing(runner: Runner, tmp_path: Path, export: str) -> None:
-    """Every module jobprof's exporting thread needs is imported as it starts, never on that
-    thread: a SIGTERM that interrupts the main thread inside an import at exit, while that thread
-    (holding the sink's lock) imports, deadlocks the two (CI runs 61 and 83, py-spy); the 1 s
-    rescue then loses the raw data that thread held."""
+    """Every module jobprof's exporting thread needs is imported on the job's thread (at start-up
+    or the first forward), never on that thread: a SIGTERM that interrupts the main thread inside
+    an import at exit, while that thread (holding the sink's lock) imports, deadlocks the two (CI
+    runs 61 and 83, py-spy); the 1 s rescue then loses the raw data that thread held."""
     log = tmp_path / "imports.txt"
     options = {"training_trace": "on", "task_trace": "on", "msproftx": "on", "aicpu": "on", "hccl": "on",
                "aic_metrics": "PipeUtilization", "task_memory": "on", "l2": "on", "runtime_api": "on",
