@@ -8,16 +8,16 @@ import sys
 from collections.abc import Sequence
 
 from jobprof import __version__
-from jobprof.cli import check, control, diff, export, kineto, merge, plugins, report, summary
+from jobprof.cli import check, control, diff, export, importer, kineto, merge, plugins, report, summary
 from jobprof.cli._common import printable
 from jobprof.files import batchgc, rawstore
 from jobprof.plugin.reporter import Reporter
 
 #: in the order ``jobprof --help`` lists them
-COMMANDS = (check, plugins, export, summary, report, diff, merge, kineto, control)
+COMMANDS = (check, plugins, export, summary, report, diff, merge, kineto, importer, control)
 
 #: the arguments that name what a command reads, for the safety net's message
-_INPUTS = ("prof_dir", "prof_dirs", "prof_a", "prof_b")
+_INPUTS = ("prof_dir", "prof_dirs", "prof_a", "prof_b", "traces")
 
 
 def _inputs(args: argparse.Namespace) -> str:

@@ -1,0 +1,291 @@
+"""One trace file, read as untrusted input: opened, decompressed, its events streamed and checked.
+
+A trace is Kineto's Chrome-trace object as torch.profiler writes it (``export_chrome_trace``,
+``tensorboard_trace_handler``, Lightning's and Hugging Face's profilers): ``traceEvents`` and
+beside it ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds`` ...  Plain,
+gzip- or xz-compressed (told by the file's first bytes, not its name).
+
+Why streamed (ijson's C parser, yajl): a trace of a long many-kernel job is GBs of JSON;
+decoded whole it takes ~4x its size in Python objects.  Events are read one at a time, in
+passes (:func:`events`), so memory holds what the import keeps (ids and spans), not the file.
+
+Every problem is a :class:`TraceError` naming the file and, for an event, its index in
+``traceEvents``; the import of that file stops before anything of it is written.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import math
+import os
+import stat
+import zlib
+from collections.abc import Iterator, Mapping
+from itertools import dropwhile
+from pathlib import Path
+from typing import IO, Any
+
+import attrs
+
+from jobprof.files import fsio
+
+#: Kineto's 2021 categories (torch 1.8-1.10) -> today's; the rest of the pipeline reads today's
+LEGACY_CATEGORIES = {"Operator": "cpu_op", "Kernel": "kernel", "Runtime": "cuda_runtime",
+                     "Memcpy": "gpu_memcpy", "Memset": "gpu_memset", "Driver": "cuda_driver",
+                     "User annotation": "user_annotation", "Python function": "python_function"}
+#: the categories Kineto writes today that the import knows what to do with; any other is kept
+#: on the timeline as a host event and counted once (:class:`jobprof.imports.scan.Scan`)
+KNOWN_CATEGORIES = frozenset({
+    "cpu_op", "user_annotation", "gpu_user_annotation", "kernel", "gpu_memcpy", "gpu_memset",
+    "cuda_runtime", "cuda_driver", "cuda_sync", "cuda_profiler_range", "python_function",
+    "Trace", "ac2g", "fwdbwd", "cpu_instant_event", "overhead"})
+#: a timestamp beyond this (µs) is no time of a real trace (year ~2255): 1e300, overflow
+MAX_US = 9e15
+#: args nested deeper than this are no Kineto args (its deepest: a list of lists of dims)
+MAX_DEPTH = 32
+#: bytes read per call from the decompressor
+CHUNK = 1 << 20
+
+_GZIP, _XZ = b"\x1f\x8b", b"\xfd7zXZ\x00"
+
+
+class TraceError(Exception):
+    """A trace file that cannot be imported, and why (the file, the event index if any)."""
+
+    def __init__(self, path: Path, text: str, event: int | None = None) -> None:
+        super().__init__(text)
+        self.path = path
+        self.text = text
+        self.event = event
+
+    def __str__(self) -> str:
+        where = f"{self.path}: event {self.event} of traceEvents" if self.event is not None else str(self.path)
+        return f"{where}: {self.text}"
+
+
+@attrs.frozen
+class Header:
+    """A trace's top-level keys other than ``traceEvents`` (what the import uses of them)."""
+
+    path: Path
+    #: the file's size on disk (compressed)
+    size: int
+    #: how it was stored: ``json``, ``gzip`` or ``xz``
+    encoding: str
+    #: the wall clock (epoch ns) Kineto's ``ts`` values count from; 0 when they are epoch µs
+    base_ns: int
+    device_properties: tuple[Mapping[str, Any], ...] = ()
+    distributed: Mapping[str, Any] = attrs.field(factory=dict)
+    schema_version: Any = None
+    #: everything else at the top level that is small and JSON (trace name, CUDA versions ...)
+    other: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def rank(self) -> int | None:
+        rank = self.distributed.get("rank")
+        return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None
+
+
+def check_path(path: Path) -> os.stat_result:
+    """The file's status, if it is a regular file named directly (not a link, FIFO, device,
+    folder): the import reads only such files."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read ({exc.strerror or exc})") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise TraceError(path, "is a symbolic link: give the file it points to")
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceError(path, f"is {fsio.describe(st.st_mode)}, not a trace file")
+    return st
+
+
+def _open(path: Path) -> tuple[IO[bytes], str]:
+    check_path(path)
+    try:
+        raw = fsio.open_read(path)
+    except OSError as exc:
+        raise TraceError(path, f"cannot read ({exc.strerror or exc})") from None
+    magic = raw.read(6)
+    raw.seek(0)
+    if magic.startswith(_GZIP):
+        return gzip.GzipFile(fileobj=raw, mode="rb"), "gzip"  # type: ignore[return-value]
+    if magic.startswith(_XZ):
+        return lzma.LZMAFile(raw, "rb"), "xz"  # type: ignore[return-value]
+    return raw, "json"
+
+
+class _Checked:
+    """The decompressed stream, its decoding errors raised as :class:`TraceError`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle, self.encoding = _open(path)
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self.handle.read(CHUNK if size < 0 else size)
+        except EOFError:
+            raise TraceError(self.path, f"{self.encoding} data cut short (a truncated file)") from None
+        except (OSError, zlib.error, lzma.LZMAError) as exc:
+            raise TraceError(self.path, f"corrupt {self.encoding} data ({exc})") from None
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def __enter__(self) -> _Checked:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ijson() -> Any:
+    import ijson
+
+    return ijson
+
+
+def _json_error(path: Path, exc: Exception) -> TraceError:
+    text = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
+    return TraceError(path, f"not valid JSON ({text})")
+
+
+def read_header(path: Path) -> Header:
+    """The trace's top-level keys (pass 0: the event array's tokens are skipped in C)."""
+    ijson = _ijson()
+    size = check_path(path).st_size
+    top: dict[str, Any] = {}
+    end_of_events = ("traceEvents", "end_array", None)
+    with _Checked(path) as stream:
+        try:
+            parser = ijson.parse(stream, use_float=True)
+            first = next(parser, None)
+            if first is None:
+                raise TraceError(path, "empty file")
+            if first[1] != "start_map":
+                shape = {"start_array": "a JSON array"}.get(first[1], f"a JSON {first[1]}")
+                raise TraceError(path, f"is {shape}, not a trace object ({{\"traceEvents\": [...]}}, "
+                                       "as torch.profiler writes it)")
+            builder, key, seen_events = None, None, False
+            for prefix, event, value in parser:
+                if key == "traceEvents" and prefix == "traceEvents" and event != "start_array":
+                    raise TraceError(path, "traceEvents is not an array of events")
+                if prefix == "" and event == "map_key":
+                    key = value
+                    if value == "traceEvents":
+                        seen_events = True
+                    builder = None if value == "traceEvents" else ijson.ObjectBuilder()
+                    continue
+                if prefix == "traceEvents" and event == "start_array":
+                    # the events, token by token in C until their array closes
+                    next(dropwhile(end_of_events.__ne__, parser), None)
+                    key = None
+                    continue
+                if builder is not None and key is not None:
+                    builder.event(event, value)
+                    if prefix == key and event not in ("start_map", "start_array", "map_key"):
+                        top[key] = builder.value
+                        builder = None
+        except TraceError:
+            raise
+        except (ijson.JSONError, ijson.IncompleteJSONError, ValueError) as exc:
+            raise _json_error(path, exc) from None
+        except RecursionError:
+            raise TraceError(path, "nested too deeply to be a trace") from None
+    if not seen_events:
+        raise TraceError(path, "has no traceEvents: not a torch.profiler trace")
+    base = top.pop("baseTimeNanoseconds", 0)
+    if not (isinstance(base, int) and not isinstance(base, bool) and 0 <= base < 2**62):
+        raise TraceError(path, f"baseTimeNanoseconds is {_show(base)}, not a time in ns")
+    props = top.pop("deviceProperties", [])
+    if not isinstance(props, list) or not all(isinstance(p, dict) for p in props):
+        raise TraceError(path, "deviceProperties is not a list of objects")
+    dist = top.pop("distributedInfo", {})
+    if not isinstance(dist, dict):
+        raise TraceError(path, "distributedInfo is not an object")
+    schema = top.pop("schemaVersion", None)
+    other = {k: v for k, v in top.items() if isinstance(v, (str, int, float, bool)) or v is None}
+    return Header(path, size, stream.encoding, base, tuple(props), dist, schema, other)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def events(path: Path) -> Iterator[Mapping[str, Any]]:
+    """The trace's events, one at a time, as ijson builds them (floats for non-integers)."""
+    ijson = _ijson()
+    with _Checked(path) as stream:
+        index = -1
+        try:
+            for index, event in enumerate(ijson.items(stream, "traceEvents.item", use_float=True)):
+                yield event
+        except TraceError:
+            raise
+        except (ijson.JSONError, ijson.IncompleteJSONError, ValueError) as exc:
+            raise TraceError(path, f"not valid JSON after event {index} ({_json_error(path, exc).text})",
+                             ) from None
+        except RecursionError:
+            raise TraceError(path, "nested too deeply to be a trace", index + 1) from None
+
+
+def _depth(value: Any, limit: int) -> bool:
+    """Is ``value`` nested at most ``limit`` deep?  (Iterative: no recursion on hostile data.)"""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return False
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return True
+
+
+def checked(event: Any, index: int, path: Path) -> dict[str, Any] | None:
+    """One event as the import uses it, or None for one it does not (metadata, flows, counters:
+    ``ph`` other than ``X`` and ``i``).  Categories of 2021 are renamed to today's.  A complete
+    event (``X``) without a usable name, time or duration raises :class:`TraceError`."""
+    if not isinstance(event, dict):
+        raise TraceError(path, f"is {type(event).__name__}, not an event object", index)
+    ph = event.get("ph")
+    if ph not in ("X", "i", "I"):
+        return None
+    ts = event.get("ts")
+    if not _number(ts) or not math.isfinite(ts) or abs(ts) > MAX_US:
+        raise TraceError(path, f"ts is {_show(ts)}, not a time in µs", index)
+    name = event.get("name", "")
+    if not isinstance(name, str):
+        raise TraceError(path, f"name is {type(name).__name__}, not text", index)
+    cat = event.get("cat")
+    if cat is not None and not isinstance(cat, str):
+        raise TraceError(path, f"cat is {type(cat).__name__}, not text", index)
+    if cat in LEGACY_CATEGORIES:
+        event["cat"] = LEGACY_CATEGORIES[cat]
+    args = event.get("args")
+    if args is not None and (not isinstance(args, dict) or not _depth(args, MAX_DEPTH)):
+        raise TraceError(path, "args is not an object" if not isinstance(args, dict)
+                         else f"args nested deeper than {MAX_DEPTH} levels", index)
+    for key in ("pid", "tid"):
+        value = event.get(key)
+        if value is not None and not isinstance(value, (int, str)) or isinstance(value, bool):
+            raise TraceError(path, f"{key} is {_show(value)}, not an id", index)
+    if ph != "X":
+        return event
+    dur = event.get("dur", 0)
+    if not _number(dur) or not math.isfinite(dur) or dur < 0 or dur > MAX_US:
+        raise TraceError(path, f"dur is {_show(dur)}, not a duration in µs", index)
+    return event
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def wall_ns(header: Header, ts: float) -> int:
+    """An event's ``ts`` (µs from the trace's base) as epoch ns."""
+    return header.base_ns + round(ts * 1000)
