@@ -62,6 +62,8 @@ class Side:
     rows: dict[int, list[dict[str, Any]]]
     #: table key -> rank -> that rank's table
     tables: dict[str, dict[int, DiffTable]] = attrs.field(factory=dict)
+    #: what job it is (:func:`job_of`): hardware, world size, backend, how iterations were cut
+    job: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def ranks(self) -> list[int]:
@@ -111,7 +113,33 @@ def load(path: Path, selection: Selection, manager: PluginManager, progress: Pro
         present = sorted(profile.rank(d) for d in profile.all_devices) or "none"
         raise DiffError(f"{profile.path}: no iterations recorded"
                         f"{' for ' + chosen if chosen else ''} (ranks present: {present})")
-    return Side(profile.path, selection, rows, tables)
+    return Side(profile.path, selection, rows, tables, job_of(profile))
+
+
+#: what :func:`job_of` describes, in the order shown
+JOB_KEYS = ("device", "world size", "backend", "iterations cut by", "torch", "source")
+
+
+def job_of(profile: Profile) -> dict[str, str]:
+    """The job a profile is of, from its ranks' info.json: the devices (their names), world
+    size, backend, how iterations were found, torch, and what it was imported from (if it was);
+    several values of a key across ranks are joined."""
+    found: dict[str, set[str]] = {key: set() for key in JOB_KEYS}
+    for device in profile.all_devices:
+        info = profile.info(device)
+        own = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
+        for d in info.get("DeviceInfo") or ():
+            if isinstance(d, dict):
+                found["device"].add(f"{d.get('name', d.get('type', 'N/A'))}")
+        found["world size"].add(str(own.get("world_size", "N/A")))
+        found["backend"].add(str(own.get("backend", "N/A")))
+        found["iterations cut by"].add(str(own.get("iteration_method", "N/A")))
+        found["torch"].add(str(own.get("torch", "N/A")))
+        imported = own.get("imported")
+        found["source"].add("jobprof import: " + ", ".join(sorted(
+            Path(str(i.get("source", "?"))).name for i in imported if isinstance(i, dict)))
+            if isinstance(imported, list) else "profiled run")
+    return {key: ", ".join(sorted(values)) or "N/A" for key, values in found.items()}
 
 
 # -- comparing ---------------------------------------------------------------------------------
@@ -283,7 +311,7 @@ def table_rows(spec: DiffTable, a: Side, b: Side, scopes: list[int | None]) -> l
 
 def _side_json(side: Side, specs: list[DiffTable]) -> dict[str, Any]:
     out = {"prof_dir": str(side.prof_dir), "selection": side.selection.describe(), "ranks": side.ranks,
-           "iterations": side.iterations(),
+           "iterations": side.iterations(), "job": side.job,
            "iterations_per_rank": {str(r): len(side.rows[r]) for r in side.ranks}}
     for spec in specs:
         if spec.count_key:
@@ -406,6 +434,10 @@ def compare(a: Side, b: Side, per_rank: bool = False) -> dict[str, Any]:
     for spec in specs:
         if spec.one_sided_note and a.present(spec.key) != b.present(spec.key):
             notes.append(spec.one_sided_note)
+    differs = [key for key in JOB_KEYS if a.job.get(key) != b.job.get(key) and key != "source"]
+    if differs:
+        notes.insert(0, "different jobs: " + "; ".join(f"{key} {a.job.get(key)} (A) vs {b.job.get(key)} (B)"
+                                                        for key in differs))
     named = next((spec for spec in specs if spec.verdict is not None), None)
     named_rows = compared[named.key] if named is not None else None
     if named is not None and named_rows:

@@ -319,6 +319,10 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
     # a dynamic-mode capture begins where it was asked to, not at iteration 1
     capture = job.get("capture")
     first = capture.get("first") if isinstance(capture, dict) else None
+    # an imported trace begins at the step its profiler schedule began at (jobprof import)
+    imported = isinstance(job.get("imported"), list)
+    if imported and indices:
+        first = indices[0]
     low, high = profile.selection.iterations or (first if isinstance(first, int) else 1, OPEN)
     notes = []
     aged = _recorded(job.get("aged"), low, high)
@@ -330,7 +334,8 @@ def _lost(profile: Profile, r: dict[str, Any], indices: list[int]) -> list[str]:
                      "(storage_limit, or under 20 MB free disk)")
     if lost:
         notes.append(f"rank {r['rank']}: no raw data for iteration(s) {_text(lost)} "
-                     "(aged out by storage_limit, or lost in a crash)")
+                     + ("(not in the imported traces)" if imported else
+                        "(aged out by storage_limit, or lost in a crash)"))
     rendered = profile.rendered(r["device"])
     # from the disk, not from info.json's list: `jobprof export` may have rendered them since
     unrendered = set(indices) - rendered

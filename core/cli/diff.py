@@ -112,6 +112,11 @@ def render(model: dict[str, Any], specs: list[DiffTable], top: int | None) -> st
     show each plugin's table."""
     per_rank = model["scope"] == "per_rank"
     out = [_side("A", model["a"]), _side("B", model["b"]), "", model["verdict"]]
+    jobs = [[key, model["a"]["job"].get(key, "N/A"), model["b"]["job"].get(key, "N/A"),
+             "" if model["a"]["job"].get(key) == model["b"]["job"].get(key) else "differs"]
+            for key in diff.JOB_KEYS]
+    if any(row[3] for row in jobs):
+        out += ["", "The jobs", tabulate(jobs, headers=["", "A", "B", ""], disable_numparse=True)]
     rows = [[*([r["rank"] if r["rank"] is not None else "all"] if per_rank else []),
              breakdown.LABELS[r["part"]],
              _f(_get(r["a"], "mean")), _f(_get(r["a"], "median")), _f(_get(r["a"], "p95")),

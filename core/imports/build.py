@@ -165,6 +165,7 @@ def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int]
     comms: dict[int, list[CollectiveRecord]] = {}
     tx: dict[int, list[TxRecord]] = {}
     outside = kernels = 0
+    group = collectives.default_group(header.distributed)
     try:
         for index, raw in enumerate(events):
             e = source.checked(raw, index, path)
@@ -197,9 +198,10 @@ def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int]
             if cat in DEVICE_KINDS:
                 kernels += 1
                 if cat == "kernel" and collectives.is_collective_kernel(name):
-                    host = found.comms_at(launch[1], launch[0]) if launch is not None else None
+                    host = found.comms_at(launch[1], launch[0]) if launch is not None else {}
                     comms.setdefault(number, []).append(collectives.record(
-                        e, start, end, host, launch[1] if launch is not None else None, header.rank, backend))
+                        e, start, end, host, launch[1] if launch is not None else None, header.rank, backend,
+                        group))
             elif cat == "cpu_op":
                 if name.startswith("aten::") and not found.in_not_forward(start, end):
                     fp[number] = min(fp.get(number, start), start)
@@ -297,7 +299,9 @@ def _is_amd(props: Mapping[str, Any]) -> bool:
 def options(found_any_nccl: bool, found_any_tx: bool, output: str) -> dict[str, Any]:
     """The options of a live job that would have written what the import writes."""
     return {"output": output, "training_trace": "on", "task_trace": "on",
-            "hccl": "on" if found_any_nccl else "off", "msproftx": "on" if found_any_tx else "off"}
+            "hccl": "on" if found_any_nccl else "off", "msproftx": "on" if found_any_tx else "off",
+            # the iteration as Kineto's trace format again (`jobprof kineto`, HTA)
+            "kineto_trace": "on"}
 
 
 @attrs.frozen

@@ -29,7 +29,7 @@ OPERATIONS = {
     "reduce_scatter_tensor_coalesced": "reduce_scatter_tensor_coalesced",
     "alltoall": "all_to_all", "all_to_all": "all_to_all", "alltoall_base": "all_to_all_single",
     "all_to_allv": "all_to_all_single", "gather": "gather", "scatter": "scatter", "barrier": "barrier",
-    "send": "send", "recv": "recv", "recvAnySource": "recv"}
+    "send": "send", "recv": "recv", "recvAnySource": "recv", "recv_any_source": "recv"}
 #: the operation in an NCCL kernel's name -> torch.distributed's name
 KERNEL_OPERATIONS = {"AllReduce": "all_reduce", "Broadcast": "broadcast", "Reduce": "reduce",
                      "AllGather": "all_gather", "ReduceScatter": "reduce_scatter", "SendRecv": "send_recv",
@@ -44,6 +44,10 @@ DTYPES = {
     "Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e5m2": ("float8_e5m2", 1),
     "Float8_e4m3fnuz": ("float8_e4m3fnuz", 1), "Float8_e5m2fnuz": ("float8_e5m2fnuz", 1),
     "UInt16": ("uint16", 2), "UInt32": ("uint32", 4), "UInt64": ("uint64", 8)}
+#: the C++ names of an operator's inputs (Kineto's ``Input type``) -> bytes per element
+INPUT_TYPES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+               "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8,
+               "c10::complex<double>": 16}
 _RANKS_RE = re.compile(r"^\[\s*(\d+(\s*,\s*\d+)*)?\s*\]$")
 #: where the end of an imported collective comes from
 END_FROM = "device kernel"
@@ -114,14 +118,62 @@ def _params(args: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def record(kernel: Mapping[str, Any], start_ns: int, end_ns: int, host: Mapping[str, Any] | None,
-           launch_tid: int | None, rank: int | None, backend: str | None) -> CollectiveRecord:
+def _input_bytes(args: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(elements, bytes) of the largest tensor input a host event recorded (its ``Input Dims``
+    and ``Input type``), or None."""
+    if not args:
+        return None
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return None
+    best = None
+    for shape, kind in zip(dims, types):
+        width = INPUT_TYPES.get(kind) if isinstance(kind, str) else None
+        if width is None or not isinstance(shape, list) or not shape or \
+                not all(_int(d) is not None and d >= 0 for d in shape):
+            continue
+        count = 1
+        for d in shape:
+            count *= d
+        if best is None or count > best[0]:
+            best = (count, count * width)
+    return best
+
+
+def record(kernel: Mapping[str, Any], start_ns: int, end_ns: int, host: Mapping[str, Any],
+           launch_tid: int | None, rank: int | None, backend: str | None,
+           default_group: Mapping[str, Any] | None = None) -> CollectiveRecord:
     """One NCCL kernel (its span ``[start_ns, end_ns)`` on the device) as a collective record;
-    ``host``: the args of the record_param_comms around its launch, if any."""
+    ``host``: the host events around its launch (:meth:`jobprof.imports.scan.Scan.comms_at`);
+    ``default_group``: the job's only process group (``distributedInfo.pg_config``), if it has
+    one only, for calls whose record does not name theirs."""
     fields = _params(kernel.get("args"))
-    fields.update(_params(host))  # the host's record is torch's own account of the call
+    fields.update(_params(host.get("record_param_comms")))  # torch's own account of the call
+    c10d = host.get("c10d:: name")
+    if "op" not in fields and isinstance(c10d, str):
+        op = OPERATIONS.get(c10d.removeprefix("c10d::").rstrip("_"))
+        if op is not None:
+            fields["op"] = op
     if "op" not in fields:
         match = _KERNEL_RE.match(kernel.get("name", ""))
         fields["op"] = KERNEL_OPERATIONS.get(match[1], match[1].lower()) if match else "nccl"
+    if "bytes" not in fields:
+        size = _input_bytes(host.get("nccl:"))
+        if size is not None:
+            fields["count"], fields["bytes"] = size
+    if "group" not in fields and default_group:
+        fields.update({k: v for k, v in _params(default_group).items() if k not in fields})
     return CollectiveRecord(start_ns=start_ns, end_ns=end_ns, tid=launch_tid, end_from=END_FROM,
                             is_async=True, rank=rank, backend=backend, **fields)
+
+
+def default_group(distributed: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job's process group as record_param_comms would name it, when ``distributedInfo``
+    lists exactly one (``pg_config``): every collective of the job is in it."""
+    groups = distributed.get("pg_config")
+    if not isinstance(groups, list) or len(groups) != 1 or not isinstance(groups[0], dict):
+        return None
+    pg = groups[0]
+    out = {"Process Group Name": pg.get("pg_name"), "Process Group Description": pg.get("pg_desc"),
+           "Process Group Ranks": pg.get("ranks"), "Group size": pg.get("pg_size")}
+    return {k: v for k, v in out.items() if v is not None}

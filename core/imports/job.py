@@ -248,11 +248,14 @@ def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
                 assert r.facts is not None  # set with the first built file
                 build.write_metadata(staging / f"device_{r.rank}", r.facts, list(r.built), r.rank, world,
                                      backend or "N/A", config, time_base)
+            # the raw data is whole: the profile is moved into place, then rendered there (as
+            # a live job's exporter renders its raw data; an interrupted render is what
+            # `jobprof export` finishes)
+            os.rename(staging, final)
+            os.rmdir(hidden)
             say(f"rendering {len(built)} rank(s)")
-            rendered = _map(pool, render_rank, [(staging / f"device_{r.rank}",) for r in built])
+            rendered = _map(pool, render_rank, [(final / f"device_{r.rank}",) for r in built])
         render_problems = [p for _, ps in rendered for p in ps]
-        os.rename(staging, final)
-        os.rmdir(hidden)
     except BaseException:
         shutil.rmtree(hidden, ignore_errors=True)
         raise

@@ -26,8 +26,11 @@ STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 #: Kineto's projections of host ranges onto a GPU stream, and CUPTI's ranges: not host events
 DEVICE_RANGE_CATS = frozenset({"gpu_user_annotation", "cuda_profiler_range", "cuda_sync"})
-#: the operator torch records around every collective with its parameters
+#: the operator torch records around every collective with its parameters, and the other host
+#: events around a collective's launch: its c10d operator and its ``nccl:<op>`` block (whose
+#: inputs are the tensors: the size where record_param_comms does not say it)
 COMMS_OP = "record_param_comms"
+COMMS_PREFIXES = (COMMS_OP, "c10d::", "nccl:")
 #: blocks whose operators are not the forward pass (FP Start is the first operator outside them)
 NOT_FORWARD = ("enumerate(DataLoader)", "Optimizer.", "ProfilerStep#")
 
@@ -43,8 +46,9 @@ class Scan:
     repeated_steps: int = 0
     #: correlation id -> (start wall ns, thread) of the launching runtime / driver call
     launches: dict[int, tuple[int, int]] = attrs.field(factory=dict)
-    #: per thread, record_param_comms calls as (start, end, args), in start order once sorted
-    comms: dict[int, list[tuple[int, int, Mapping[str, Any]]]] = attrs.field(factory=dict)
+    #: per thread, the host events around collectives (:data:`COMMS_PREFIXES`) as (start, end,
+    #: name, args), in start order once sorted
+    comms: dict[int, list[tuple[int, int, str, Mapping[str, Any]]]] = attrs.field(factory=dict)
     #: (start, end) of blocks that are not the forward pass (DataLoader, optimizer), sorted
     not_forward: list[tuple[int, int]] = attrs.field(factory=list)
     #: events per category (after renaming the 2021 ones)
@@ -74,17 +78,23 @@ class Scan:
     def device(self) -> int | None:
         return self.devices.most_common(1)[0][0] if self.devices else None
 
-    def comms_at(self, tid: int, ns: int) -> Mapping[str, Any] | None:
-        """The args of the innermost ``record_param_comms`` around time ``ns`` on ``tid``."""
+    def comms_at(self, tid: int, ns: int) -> dict[str, Mapping[str, Any]]:
+        """The host events around time ``ns`` on ``tid`` that describe a collective, by kind
+        (``record_param_comms``, ``c10d::``, ``nccl:``), each kind's innermost, with its name
+        under ``"<kind> name"``."""
         calls = self.comms.get(tid)
+        out: dict[str, Any] = {}
         if not calls:
-            return None
-        # the last few calls begun by then (they nest at most a level or two deep)
+            return out
+        # the last few begun by then (a c10d op, its nccl: block, record_param_comms: 3 deep)
         i = bisect_right(calls, (ns, float("inf"))) - 1
-        for start, end, args in reversed(calls[max(0, i - 3):i + 1]):
+        for start, end, name, args in reversed(calls[max(0, i - 5):i + 1]):
             if start <= ns < end:
-                return args
-        return None
+                kind = next(p for p in COMMS_PREFIXES if name.startswith(p))
+                if kind not in out:
+                    out[kind] = args
+                    out[kind + " name"] = name
+        return out
 
     def in_not_forward(self, start: int, end: int) -> bool:
         i = bisect_right(self.not_forward, (start, float("inf"))) - 1
@@ -152,8 +162,8 @@ def scan(header: source.Header, events: Iterable[Any], path: Path) -> Scan:
             else:
                 steps[number] = (start, end)
             continue
-        if name == COMMS_OP:
-            out.comms.setdefault(tid, []).append((start, end, args))
+        if name.startswith(COMMS_PREFIXES):
+            out.comms.setdefault(tid, []).append((start, end, name, args))
         elif name.startswith(NOT_FORWARD):
             out.not_forward.append((start, end))
         if not out.shapes and cat == "cpu_op" and args.get("Input Dims"):

@@ -17,7 +17,8 @@ Master timeline layers:
   (pid, tid, ts) of the task's event, which is how readers join them.
 * ``Overlap Analysis`` (label ``NPU <dev>``): ``Computing`` (non-communication tasks),
   ``Communication`` (communication tasks and the ``hccl`` stream's collectives),
-  ``Communication(Not Overlapped)`` and ``Free`` over the iteration.
+  ``Communication(Not Overlapped)`` and ``Free`` over the iteration, stretched over the device
+  work it launched (on a GPU that runs on after the host's step ended).
 
 ``ts`` values are µs since the job's time base and each ``dur`` comes from the integer ns ends
 (``jobprof.plugin.clock.TimeAxis``), so spans that nest in ns nest for the reader too.
@@ -252,6 +253,17 @@ def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[OpR
                f'"args": {{"Event Type": "gpu_user_annotation"}}, "ph": "X"}}' for r in ranges]
 
 
+def overlap_span(ctx: ExportContext, view: opview.OpView) -> tuple[int, int]:
+    """The span Overlap Analysis covers: the iteration, stretched over its own device work (a
+    GPU runs the kernels a step launched after the host has moved on: they are that step's)."""
+    it = ctx.iteration
+    start, end = it.start_ns, it.end_ns
+    if view.tasks:
+        start = min(start, min(t.start for t in view.tasks))
+        end = max(end, max(t.start + t.dur for t in view.tasks))
+    return start, end
+
+
 def _add_overlap(ctx: ExportContext, timeline: Timeline, view: opview.OpView) -> None:
     it = ctx.iteration
     if it.end_ns <= it.start_ns:
@@ -260,7 +272,7 @@ def _add_overlap(ctx: ExportContext, timeline: Timeline, view: opview.OpView) ->
     computing = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type != comm]
     communication = [(t.start, t.start + t.dur) for t in view.tasks if t.core_type == comm]
     communication += [(r.start_ns, r.end_ns) for r in records_of(ctx, CollectiveRecord)]
-    spans = opview.overlap(computing, communication, it.start_ns, it.end_ns)
+    spans = opview.overlap(computing, communication, *overlap_span(ctx, view))
     pid = timeline.process(OVERLAP_PROCESS, device_label(ctx.device_id))
     offset = ctx.axis.offset_ns
     events: list[str] = []
