@@ -235,6 +235,17 @@ def test_single_gpu_fixtures(imported, name):
         assert any(r["OP Type"] for r in rows(prof, "op_summary", 0, 1))
     if name in ("alexnet", "h200", "cupti"):
         assert meta["jobprof"]["iteration_method"].startswith("whole trace")
+    if name == "alexnet":  # cuda_sync: what the device waited in, beside its stream, not a host call
+        trace = load(FIXTURES[name])
+        syncs = Counter(e["args"]["stream"] for e in trace["traceEvents"] if e.get("cat") == "cuda_sync")
+        timeline = json.loads((prof / "device_0" / "timeline" / f"msprof_0_{MODEL}_1.json").read_text())
+        procs = {e["pid"]: e["args"]["name"] for e in timeline if e.get("name") == "process_name"}
+        tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in timeline if e.get("name") == "thread_name"}
+        drawn = Counter(tracks[(e["pid"], e["tid"])] for e in timeline
+                        if e.get("ph") == "X" and e.get("args", {}).get("Event Type") == "cuda_sync")
+        assert drawn == {f"Stream {s} ranges" if s >= 0 else "Device-wide ranges": n for s, n in syncs.items()}
+        assert not [e for e in timeline if e.get("ph") == "X" and procs[e["pid"]] == "CANN"
+                    and e["name"].endswith(" Sync")]
     if name == "triton":  # a torch.compile kernel launched through cuLaunchKernel
         (row,) = rows(prof, "op_summary", 0, 1)
         assert row["Op Name"].startswith("triton") and row["Task Type"] == "CUDA"

@@ -126,8 +126,9 @@ def new_files(data_dir: Path, records: Iterable[Any]) -> list[tuple[Path, int]]:
 _DEVICE_CATS = frozenset(DEVICE_KINDS)
 _LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver"})
 #: device-side ranges Kineto projects onto a stream (a ``record_function`` seen by the GPU, a
-#: CUPTI range): on their device and stream, never nested among host calls
-_DEVICE_RANGES = frozenset({"gpu_user_annotation", "cuda_profiler_range"})
+#: CUPTI range, a stream / event / context synchronisation the device waited in): on their
+#: device and stream, never nested among host calls
+_DEVICE_RANGES = frozenset({"gpu_user_annotation", "cuda_profiler_range", "cuda_sync"})
 #: a device event's args that become record fields; the rest (grid, block, registers, bytes,
 #: CUPTI metric values ...) is the record's ``extra``
 _PLACED = frozenset({"External id", "correlation", "device", "stream", "Ev Idx"})

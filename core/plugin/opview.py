@@ -47,7 +47,7 @@ COMM_PREFIXES = ("c10d::", "nccl")
 #: Kineto activity types of the host calls that launch device work
 _LAUNCH_KINDS = ("cuda_runtime", "cuda_driver")
 #: Kineto's projections of ranges onto GPU streams: on the device, neither host calls nor tasks
-DEVICE_RANGE_PREFIXES = ("gpu_", "cuda_profiler")
+DEVICE_RANGE_PREFIXES = ("gpu_", "cuda_profiler", "cuda_sync")
 
 
 def is_dispatch_op(name: str, kind: str) -> bool:

@@ -240,17 +240,20 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab:
 
 def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[OpRecord], cut: int | None,
                        events: list[str]) -> None:
-    """Kineto's device ranges, on a track beside their stream's tasks."""
-    ranges = [r for r in records if r.kind == "gpu_user_annotation" and (cut is None or r.start < cut)]
+    """Kineto's device ranges (``gpu_user_annotation``, CUPTI ranges, ``cuda_sync`` waits), on a
+    track beside their stream's tasks; a context-wide sync (stream -1) on the device's own."""
+    ranges = [r for r in records if r.kind.startswith(opview.DEVICE_RANGE_PREFIXES)
+              and (cut is None or r.start < cut)]
     if not ranges:
         return
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     offset = ctx.axis.offset_ns
     for stream in sorted({r.tid for r in ranges}):
-        timeline.thread(pid, RANGE_TRACK + stream, f"Stream {stream} ranges", sort_index=stream)
+        timeline.thread(pid, RANGE_TRACK + stream, f"Stream {stream} ranges" if stream >= 0 else "Device-wide ranges",
+                        sort_index=stream)
     events += [f'{{"name": {dumps(r.name)}, "pid": {pid}, "tid": {RANGE_TRACK + r.tid}, '
                f'"ts": {(r.start + offset) / 1000!r}, "dur": {r.dur / 1000!r}, '
-               f'"args": {{"Event Type": "gpu_user_annotation"}}, "ph": "X"}}' for r in ranges]
+               f'"args": {{"Event Type": {dumps(r.kind)}}}, "ph": "X"}}' for r in ranges]
 
 
 def overlap_span(ctx: ExportContext, view: opview.OpView) -> tuple[int, int]:
