@@ -5,7 +5,8 @@ counts, at module level or inside a function (a lazy import is still a dependenc
 ``if TYPE_CHECKING:`` do not (they never run).  Asserted:
 
 * the stages of docs/architecture.md: ``plugin`` (the contract) imports no other stage;
-  ``files`` and ``ops`` only ``plugin``; ``analysis`` never ``runtime``; ``cli`` never ``runtime``;
+  ``files`` and ``ops`` only ``plugin``; ``analysis`` never ``runtime``; ``imports`` (``jobprof
+  import``) only ``plugin``, ``files`` and ``analysis``; ``cli`` never ``runtime``;
 * the module graph has no cycle (every module can be imported on its own, in some order);
 * the core never imports a plugin, and no plugin imports another plugin;
 * a plugin imports from jobprof only the plugin API (the names of ``jobprof.plugin``), its own
@@ -22,7 +23,7 @@ import pytest
 from conftest import REPO
 
 CORE, PLUGINS = REPO / "core", REPO / "plugins"
-STAGES = ("plugin", "files", "ops", "runtime", "analysis", "cli")
+STAGES = ("plugin", "files", "ops", "runtime", "analysis", "imports", "cli")
 #: stage -> the stages it may import (itself always allowed)
 ALLOWED = {
     "plugin": set(),
@@ -30,7 +31,10 @@ ALLOWED = {
     "ops": {"plugin"},
     "runtime": {"plugin", "files", "ops", "analysis"},
     "analysis": {"plugin", "files", "ops"},
-    "cli": {"plugin", "files", "analysis"},
+    # jobprof import: reads traces, writes raw data through files/, renders with the export and
+    # the facts of analysis/ (never the profiled-process runtime)
+    "imports": {"plugin", "files", "analysis"},
+    "cli": {"plugin", "files", "analysis", "imports"},
 }
 
 

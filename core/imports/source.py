@@ -16,6 +16,7 @@ Every problem is a :class:`TraceError` naming the file and, for an event, its in
 from __future__ import annotations
 
 import gzip
+import io
 import lzma
 import math
 import os
@@ -152,48 +153,28 @@ def _json_error(path: Path, exc: Exception) -> TraceError:
     return TraceError(path, f"not valid JSON ({text})")
 
 
+#: how much of the decompressed head and tail :func:`read_header` reads before it falls back
+#: to parsing the whole file
+HEAD_BYTES = 4 << 20
+TAIL_BYTES = 1 << 20
+
+
+class _Ambiguous(Exception):
+    """The head and tail do not tell the top-level keys for sure: parse the whole file."""
+
+
 def read_header(path: Path) -> Header:
-    """The trace's top-level keys (pass 0: the event array's tokens are skipped in C)."""
-    ijson = _ijson()
+    """The trace's top-level keys.  Kineto writes them before ``traceEvents`` and a few after
+    it (``baseTimeNanoseconds``, ``traceName``): they are read from the file's head (parsed up
+    to the event array) and its tail (what follows the array), decompressing the middle
+    without parsing it; where that does not settle them (any doubt: see :func:`_tail_keys`),
+    the whole file is parsed, the events' tokens skipped in C.  A bad event is not found
+    here: the passes over the events check each (:func:`checked`)."""
     size = check_path(path).st_size
-    top: dict[str, Any] = {}
-    end_of_events = ("traceEvents", "end_array", None)
-    with _Checked(path) as stream:
-        try:
-            parser = ijson.parse(stream, use_float=True)
-            first = next(parser, None)
-            if first is None:
-                raise TraceError(path, "empty file")
-            if first[1] != "start_map":
-                shape = {"start_array": "a JSON array"}.get(first[1], f"a JSON {first[1]}")
-                raise TraceError(path, f"is {shape}, not a trace object ({{\"traceEvents\": [...]}}, "
-                                       "as torch.profiler writes it)")
-            builder, key, seen_events = None, None, False
-            for prefix, event, value in parser:
-                if key == "traceEvents" and prefix == "traceEvents" and event != "start_array":
-                    raise TraceError(path, "traceEvents is not an array of events")
-                if prefix == "" and event == "map_key":
-                    key = value
-                    if value == "traceEvents":
-                        seen_events = True
-                    builder = None if value == "traceEvents" else ijson.ObjectBuilder()
-                    continue
-                if prefix == "traceEvents" and event == "start_array":
-                    # the events, token by token in C until their array closes
-                    next(dropwhile(end_of_events.__ne__, parser), None)
-                    key = None
-                    continue
-                if builder is not None and key is not None:
-                    builder.event(event, value)
-                    if prefix == key and event not in ("start_map", "start_array", "map_key"):
-                        top[key] = builder.value
-                        builder = None
-        except TraceError:
-            raise
-        except (ijson.JSONError, ijson.IncompleteJSONError, ValueError) as exc:
-            raise _json_error(path, exc) from None
-        except RecursionError:
-            raise TraceError(path, "nested too deeply to be a trace") from None
+    try:
+        top, seen_events = _fast_keys(path)
+    except _Ambiguous:
+        top, seen_events = _all_keys(path)
     if not seen_events:
         raise TraceError(path, "has no traceEvents: not a torch.profiler trace")
     base = top.pop("baseTimeNanoseconds", 0)
@@ -207,7 +188,129 @@ def read_header(path: Path) -> Header:
         raise TraceError(path, "distributedInfo is not an object")
     schema = top.pop("schemaVersion", None)
     other = {k: v for k, v in top.items() if isinstance(v, (str, int, float, bool)) or v is None}
-    return Header(path, size, stream.encoding, base, tuple(props), dist, schema, other)
+    return Header(path, size, _encoding(path), base, tuple(props), dist, schema, other)
+
+
+def _encoding(path: Path) -> str:
+    with _Checked(path) as stream:
+        return stream.encoding
+
+
+def _top_keys(path: Path, parser: Any, stop_at_events: bool) -> tuple[dict[str, Any], bool, Any]:
+    """The top-level keys ``parser`` (ijson.parse) yields, built; whether ``traceEvents`` was
+    seen; with ``stop_at_events``, the ``ts`` of the first event (None if not reached) and the
+    parse stops there, else the event tokens are skipped in C."""
+    ijson = _ijson()
+    top: dict[str, Any] = {}
+    end_of_events = ("traceEvents", "end_array", None)
+    first = next(parser, None)
+    if first is None:
+        raise TraceError(path, "empty file")
+    if first[1] != "start_map":
+        shape = {"start_array": "a JSON array"}.get(first[1], f"a JSON {first[1]}")
+        raise TraceError(path, f"is {shape}, not a trace object ({{\"traceEvents\": [...]}}, "
+                               "as torch.profiler writes it)")
+    builder, key, seen_events = None, None, False
+    for prefix, event, value in parser:
+        if key == "traceEvents" and prefix == "traceEvents" and event != "start_array":
+            raise TraceError(path, "traceEvents is not an array of events")
+        if prefix == "" and event == "map_key":
+            key = value
+            seen_events = seen_events or value == "traceEvents"
+            builder = None if value == "traceEvents" else ijson.ObjectBuilder()
+            continue
+        if prefix == "traceEvents" and event == "start_array":
+            if stop_at_events:
+                ts = next((v for p, e, v in parser if p == "traceEvents.item.ts" or p == "traceEvents"), None)
+                return top, True, ts
+            # the events, token by token in C until their array closes
+            next(dropwhile(end_of_events.__ne__, parser), None)
+            key = None
+            continue
+        if builder is not None and key is not None:
+            builder.event(event, value)
+            if prefix == key and event not in ("start_map", "start_array", "map_key"):
+                top[key] = builder.value
+                builder = None
+    return top, seen_events, None
+
+
+def _all_keys(path: Path) -> tuple[dict[str, Any], bool]:
+    ijson = _ijson()
+    with _Checked(path) as stream:
+        try:
+            top, seen, _ = _top_keys(path, ijson.parse(stream, use_float=True), False)
+            return top, seen
+        except TraceError:
+            raise
+        except (ijson.JSONError, ijson.IncompleteJSONError, ValueError) as exc:
+            raise _json_error(path, exc) from None
+        except RecursionError:
+            raise TraceError(path, "nested too deeply to be a trace") from None
+
+
+def _fast_keys(path: Path) -> tuple[dict[str, Any], bool]:
+    """The keys before the event array (from the head) and after it (from the tail)."""
+    ijson = _ijson()
+    with _Checked(path) as stream:
+        head = stream.read(HEAD_BYTES)
+        try:
+            top, seen, first_ts = _top_keys(path, ijson.parse(io.BytesIO(head), use_float=True), True)
+        except TraceError:
+            raise
+        except (ijson.IncompleteJSONError, ijson.JSONError, ValueError, RecursionError) as exc:
+            if len(head) < HEAD_BYTES:  # the whole file was in the head: it is not JSON
+                raise _json_error(path, exc) from None
+            raise _Ambiguous from None
+        if not seen:
+            if len(head) < HEAD_BYTES:
+                return top, False
+            raise _Ambiguous  # the keys before the events are longer than the head
+        tail = head
+        while block := stream.read(CHUNK):
+            tail = (tail + block)[-TAIL_BYTES:]
+    after = _tail_keys(tail)
+    if after is None:
+        raise _Ambiguous
+    top.update(after)
+    # times that count from a base (small) with no base found: a key was missed, be exact
+    if "baseTimeNanoseconds" not in top and _number(first_ts) and 0 <= first_ts < 1e12:
+        raise _Ambiguous
+    return top, True
+
+
+def _tail_keys(tail: bytes) -> dict[str, Any] | None:
+    """The top-level keys after the event array, from the file's last bytes: the text after
+    the array's ``]`` is ``, "key": value ... }``.  Candidates are tried from the last ``]``
+    back; one is taken only where the text before it ends an event (``}``) or an empty array
+    (``[``) and what follows parses as the rest of an object.  None: no candidate settles it
+    (the caller parses the whole file)."""
+    import json
+
+    text = tail.rstrip()
+    if not text.endswith(b"}"):
+        return None
+    at = len(text)
+    for _ in range(64):
+        at = text.rfind(b"]", 0, at)
+        if at < 0:
+            return None
+        before = text[:at].rstrip()[-1:]
+        rest = text[at + 1:].strip()
+        if before not in (b"}", b"["):
+            continue
+        if rest == b"}":
+            return {}
+        if not rest.startswith(b","):
+            continue
+        try:
+            found = json.loads(b"{" + rest[1:])
+        except ValueError:
+            continue
+        # a later list of objects (not Kineto's) could end like the array: keys before it would
+        # be missed; the one that matters, the base, is checked for by the caller
+        return found if isinstance(found, dict) else None
+    return None
 
 
 def _show(value: Any) -> str:
