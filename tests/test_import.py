@@ -352,12 +352,12 @@ def _hostile(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         t["traceEvents"][x][key] = bad
         cases[f"{label}.json"] = (json.dumps(t).encode(), f"event {x} of traceEvents")
     deep: Any = 1
-    for _ in range(200):
+    for _ in range(300):
         deep = {"a": deep}
     t = json.loads(good)
     x = next(i for i, e in enumerate(t["traceEvents"]) if e.get("ph") == "X")
     t["traceEvents"][x]["args"] = deep
-    cases["deep.json"] = (json.dumps(t).encode(), f"event {x} of traceEvents: args nested deeper")
+    cases["deep.json"] = (json.dumps(t).encode(), f"event {x} of traceEvents: args nested too deeply")
     t = json.loads(good)
     t["traceEvents"][x] = 7
     cases["notevent.json"] = (json.dumps(t).encode(), "not an event object")

@@ -166,9 +166,10 @@ def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int]
     tx: dict[int, list[TxRecord]] = {}
     outside = kernels = 0
     group = collectives.default_group(header.distributed)
+    index = -1
     try:
         for index, raw in enumerate(events):
-            e = source.checked(raw, index, path)
+            e = source.normalized(raw)
             if e is None:
                 continue
             cat = e.get("cat") or ""
@@ -190,7 +191,11 @@ def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int]
                 outside += 1
                 continue
             number = keep[k][0]
-            spools.write(number, dumps(e))
+            try:
+                spools.write(number, dumps(e))
+            except (TypeError, RecursionError):  # orjson: nested beyond 254 levels
+                raise source.TraceError(path, "args nested too deeply to be Kineto's (over 254 levels)",
+                                        index) from None
             if e["ph"] != "X" or cat in DEVICE_RANGE_CATS:
                 continue
             end = start + round(e.get("dur", 0) * 1000)
@@ -232,6 +237,8 @@ def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int]
             if number in tx:
                 streams[TxRecord.STREAM] = [r.to_raw() for r in sorted(tx[number], key=lambda r: r.start_ns)]
             lines.append((number, streams))
+    except (KeyError, TypeError, AttributeError) as exc:  # pass 1 checked it: the file changed since
+        raise source.TraceError(path, f"changed while it was read ({type(exc).__name__}: {exc})", index) from None
     finally:
         spools.close()
         for spool in spools.paths.values():

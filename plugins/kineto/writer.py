@@ -36,6 +36,7 @@ from jobprof.plugin import (
     WorkerFetchRecord,
     WriterSpec,
     assign_lanes,
+    events_text,
     opview,
     records_of,
 )
@@ -366,10 +367,13 @@ def render(ctx: ExportContext) -> str:
                     "pseudo_device_pid": PSEUDO_PID_BASE + ctx.device_id
                     if device_mode == "cpu_pseudo_device" else None,
                     "note": _NOTES[device_mode]},
-        "traceEvents": _metadata(b, device_mode) + [step] + [e for e in b.events if e is not step],
         "traceName": name,
     })
-    return json.dumps(doc, ensure_ascii=False)
+    # the header by json, the events (nearly all of the file) by orjson (events_text: 4x faster)
+    events = events_text(_metadata(b, device_mode) + [step] + [e for e in b.events if e is not step])
+    head = json.dumps(doc, ensure_ascii=False)
+    return f'{head[:-1]}, "traceEvents": [{events}]}}'
+
 
 
 _NOTES = {
