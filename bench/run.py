@@ -32,6 +32,7 @@ import dynamic
 import export_rate
 import fusion_op
 import hotpath
+import importing
 import memory
 import mstx
 import optier
@@ -70,7 +71,7 @@ def measured() -> Iterator[dict[str, Any]]:
 
 
 NAMES = ("startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp", "hccl-cost", "optier", "optier-memory",
-         "optier-vs-torch", "memory", "dynamic", "fusion-op", "export", "analysis", "bigop")
+         "optier-vs-torch", "memory", "dynamic", "fusion-op", "export", "analysis", "bigop", "import")
 
 
 def _names(text: str) -> frozenset[str]:
@@ -124,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bigop-rounds", type=int, help="bigop rounds of 3 arms (default 3, quick 1)")
     parser.add_argument("--bigop-operators", type=int, default=200_000,
                         help="bigop: operators in the big iteration (default 200000)")
+    parser.add_argument("--import-rounds", type=int, help="import: rounds of its arms (default 3, quick 1)")
+    parser.add_argument("--import-copies", type=int,
+                        help="import: the large trace is the NCCL trace's steps this many times (default 12, "
+                             "quick 0: none)")
     parser.add_argument("--analysis-cache", metavar="DIR",
                         help="analysis: keep the generated profile here and reuse it (default: a temp dir)")
     parser.add_argument("--analysis-repeats", type=int,
@@ -249,6 +254,13 @@ def main(argv: list[str] | None = None) -> int:
                 result.update(bigop.run(args.bigop_rounds or (1 if args.quick else 3), args.bigop_operators))
             report["bigop"] = result
             table += bigop.rows(result)
+        if args.only is None or "import" in args.only:
+            with measured() as result:
+                result.update(importing.run(args.import_rounds or (1 if args.quick else 3),
+                                            args.import_copies if args.import_copies is not None
+                                            else (0 if args.quick else 12)))
+            report["import"] = result
+            table += importing.rows(result)
         if args.only is None or "analysis" in args.only:
             with measured() as result:
                 its, ranks = ((analysis.QUICK_ITERATIONS, analysis.QUICK_RANKS) if args.quick
