@@ -112,7 +112,8 @@ def run(rounds: int, big_copies: int) -> dict[str, Any]:
         inputs: dict[str, list[Path]] = {"nccl (A100, 1 rank)": [NCCL],
                                          "sampled (2 ranks)": sorted(SAMPLED.glob("*.json.gz"))}
         if big_copies:  # made in a child, for the reason _events gives
-            subprocess.run([sys.executable, __file__, "--make-big", str(big_copies), str(scratch)], check=True)
+            subprocess.run([sys.executable, __file__, "--make-big", str(big_copies), str(scratch)],
+                           check=True)
             inputs[f"nccl x{big_copies} (large)"] = [scratch / "big_rank0.json.gz"]
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PROFILING_", "JOBPROF_"))}
         out: dict[str, Any] = {"rounds": rounds, "inputs": {}}
@@ -135,8 +136,8 @@ def run(rounds: int, big_copies: int) -> dict[str, Any]:
                     arms[arm].append(_child([sys.executable, "-m", "jobprof.cli.main", "import", str(folder),
                                              "-o", str(dest), "--jobs", jobs], env))
                     shutil.rmtree(dest, ignore_errors=True)
-            med = {arm: {"wall_s": statistics.median(w for w, _ in v), "rss_mb": statistics.median(m for _, m in v)}
-                   for arm, v in arms.items()}
+            med = {arm: {"wall_s": statistics.median(w for w, _ in v),
+                         "rss_mb": statistics.median(m for _, m in v)} for arm, v in arms.items()}
             for arm in med.values():
                 arm["events_per_s"] = events / arm["wall_s"]
             out["inputs"][name] = {"events": events, "largest_mb": largest / 1e6, "median": med,
@@ -154,10 +155,12 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         m = r["median"]
         ratio = r["rate_ratio"]
         table.append({
-            "benchmark": f"import: {name}, events/s jobprof / HTA ({r['events']:,} events, {result['rounds']} rounds)",
+            "benchmark": f"import: {name}, events/s jobprof / HTA ({r['events']:,} events, "
+                         f"{result['rounds']} rounds)",
             "baseline": f"{m['hta']['events_per_s']:,.0f}/s HTA ({m['hta']['wall_s']:.2f} s)",
             "profiled": f"{m['jobprof']['events_per_s']:,.0f}/s ({m['jobprof']['wall_s']:.2f} s)"
-                        + (f"; --jobs 2 {m['jobprof --jobs 2']['wall_s']:.2f} s" if "jobprof --jobs 2" in m else ""),
+                        + (f"; --jobs 2 {m['jobprof --jobs 2']['wall_s']:.2f} s"
+                           if "jobprof --jobs 2" in m else ""),
             "delta / ratio": f"{ratio:.2f}", "spread": "", "target": f">= {TARGETS['rate']}",
             "result": "pass" if ratio >= TARGETS["rate"] else "FAIL"})
         if name.endswith("(large)"):

@@ -228,7 +228,8 @@ def test_cli_text_json_top_and_selection(profiles: dict[str, Path]) -> None:
                           "iteration", "operators", "collectives", "notes"}
     assert model["schema"] == diff.SCHEMA and model["scope"] == "all" and model["collectives"] is None
     assert set(model["a"]) == {"prof_dir", "selection", "ranks", "iterations", "iterations_per_rank",
-                               "op_statistic_files", "hccl"}
+                               "op_statistic_files", "hccl", "job"}
+    assert set(model["a"]["job"]) == set(diff.JOB_KEYS)
     assert (model["a"]["iterations"], model["b"]["iterations"]) == (8, STEPS_B - 4)
     assert model["a"]["selection"]["iterations"] == "3-10" and model["b"]["selection"]["iterations"] == "5-"
     assert len(model["operators"]) == 2 and model["counts"]["operators"] > 2

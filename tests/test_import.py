@@ -180,11 +180,13 @@ def test_attribution_block_dim_and_flows(imported):
         if e.get("cat") not in ("cuda_runtime", "cuda_driver") or e["args"]["correlation"] not in launched:
             continue
         kernel = launched[e["args"]["correlation"]]
-        around = [o for o in ops_by_tid[e["tid"]] if o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]]
+        around = [o for o in ops_by_tid[e["tid"]]
+                  if o["ts"] <= e["ts"] and e["ts"] + e["dur"] <= o["ts"] + o["dur"]]
         innermost = min(around, key=lambda o: o["dur"], default=None)
         grid = kernel["args"].get("grid") if kernel["cat"] == "kernel" else None
         block = str(grid[0] * grid[1] * grid[2]) if grid else "N/A"
-        expected[(kernel["name"], innermost["name"].removeprefix("aten::") if innermost else "N/A", block)] += 1
+        op = innermost["name"].removeprefix("aten::") if innermost else "N/A"
+        expected[(kernel["name"], op, block)] += 1
     got = Counter((r["Op Name"], r["OP Type"], r["Block Dim"]) for step in (4, 5, 6)
                   for r in rows(prof, "op_summary", 0, step))
     # the trace's own launches outside any ATen operator (a DDP bucket's NCCL call from C++)
@@ -202,7 +204,8 @@ def test_annotations_step_points_and_overlap(imported):
     trace = load(NCCL)
     timeline = json.loads((prof / "device_0" / "timeline" / f"msprof_0_{MODEL}_5.json").read_text())
     procs = {e["pid"]: e["args"]["name"] for e in timeline if e.get("name") == "process_name"}
-    ranges = [e for e in timeline if e.get("ph") == "X" and e.get("args", {}).get("Event Type") == "gpu_user_annotation"]
+    ranges = [e for e in timeline
+              if e.get("ph") == "X" and e.get("args", {}).get("Event Type") == "gpu_user_annotation"]
     assert ranges  # the GPU's view of record_function blocks, as ranges beside their stream
     overlap = Counter()
     for e in timeline:
@@ -210,7 +213,8 @@ def test_annotations_step_points_and_overlap(imported):
             overlap[e["name"]] += round(e["dur"] * 1000)
     assert set(overlap) == {"Computing", "Communication", "Communication(Not Overlapped)", "Free"}
     # busy time = the union of the step's device work, from the trace itself
-    spans = sorted((ns(trace, e["ts"]), ns(trace, e["ts"] + e["dur"])) for e in device_events_by_step(trace)[5])
+    spans = sorted((ns(trace, e["ts"]), ns(trace, e["ts"] + e["dur"]))
+                   for e in device_events_by_step(trace)[5])
     union, end = 0, None
     for s, e in spans:
         if end is None or s > end:
@@ -243,7 +247,8 @@ def test_single_gpu_fixtures(imported, name):
         tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in timeline if e.get("name") == "thread_name"}
         drawn = Counter(tracks[(e["pid"], e["tid"])] for e in timeline
                         if e.get("ph") == "X" and e.get("args", {}).get("Event Type") == "cuda_sync")
-        assert drawn == {f"Stream {s} ranges" if s >= 0 else "Device-wide ranges": n for s, n in syncs.items()}
+        assert drawn == {f"Stream {s} ranges" if s >= 0 else "Device-wide ranges": n
+                         for s, n in syncs.items()}
         assert not [e for e in timeline if e.get("ph") == "X" and procs[e["pid"]] == "CANN"
                     and e["name"].endswith(" Sync")]
     if name == "triton":  # a torch.compile kernel launched through cuLaunchKernel
@@ -320,8 +325,8 @@ def test_files_of_one_rank_are_joined(tmp_path):
     jobprof("import", str(tmp_path / "in"), "-o", str(tmp_path / "out"))
     prof = prof_of(tmp_path / "out")
     assert [p.name for p in prof.iterdir() if p.name.startswith("device_")] == ["device_0"]
-    assert sorted(info(prof, 0)["jobprof"]["imported"][0]["steps"] + info(prof, 0)["jobprof"]["imported"][1]["steps"]) \
-        == [1, 2, 11, 12]
+    files = info(prof, 0)["jobprof"]["imported"]
+    assert sorted(files[0]["steps"] + files[1]["steps"]) == [1, 2, 11, 12]
 
 
 # -- untrusted input ------------------------------------------------------------------------
@@ -351,13 +356,12 @@ def _hostile(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         x = next(i for i, e in enumerate(t["traceEvents"]) if e.get("ph") == "X")
         t["traceEvents"][x][key] = bad
         cases[f"{label}.json"] = (json.dumps(t).encode(), f"event {x} of traceEvents")
-    deep: Any = 1
-    for _ in range(300):
-        deep = {"a": deep}
+    # args 5,000 levels deep (written as text: json itself cannot encode that)
     t = json.loads(good)
     x = next(i for i, e in enumerate(t["traceEvents"]) if e.get("ph") == "X")
-    t["traceEvents"][x]["args"] = deep
-    cases["deep.json"] = (json.dumps(t).encode(), f"event {x} of traceEvents: args nested too deeply")
+    t["traceEvents"][x]["args"] = "DEEP"
+    deep = json.dumps(t).encode().replace(b'"DEEP"', b'{"a": ' * 5000 + b"1" + b"}" * 5000)
+    cases["deep.json"] = (deep, f"event {x} of traceEvents: args nested too deeply")
     t = json.loads(good)
     t["traceEvents"][x] = 7
     cases["notevent.json"] = (json.dumps(t).encode(), "not an event object")

@@ -7,8 +7,8 @@ thing, and the rules are in docs/import.md ("Checked against HTA"):
 * iterations: HTA keeps the GPU work launched before the last ProfilerStep starts (it drops the
   last step); jobprof keeps every step.  Compared over the same steps: all but the last.
 * rounding: HTA rounds each event to whole µs unless ``HTA_DISABLE_NS_ROUNDING=1``; set here.
-* busy time: HTA's compute + non-compute (the union of every GPU event) is msprof's Computing ∪
-  Communication (Overlap Analysis: Computing + Communication(Not Overlapped)).
+* busy time: HTA's compute + non-compute (the union of every GPU event) is the union of msprof's
+  Computing and Communication (Overlap Analysis: Computing + Communication(Not Overlapped)).
 * compute: HTA's excludes memcpy / memset (msprof's Computing counts every task that is not
   communication): compared with the union of jobprof's CUDA tasks (op_summary Task Type CUDA).
 * idle: HTA's is the kernel span (first kernel start to last kernel end over the kept steps)
@@ -69,13 +69,14 @@ ov = a.get_comm_comp_overlap(visualize=False)
 out = {}
 for _, r in tb.iterrows():
     out[int(r["rank"])] = {"idle": float(r["idle_time(us)"]), "compute": float(r["compute_time(us)"]),
-                           "non_compute": float(r["non_compute_time(us)"]), "span": float(r["kernel_time(us)"])}
+                           "non_compute": float(r["non_compute_time(us)"]),
+                           "span": float(r["kernel_time(us)"])}
 for _, r in ov.iterrows():
     out[int(r["rank"])]["overlap_pct"] = float(r["comp_comm_overlap_pctg"])
 print(json.dumps(out))
 """
-    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300,
-                          env=clean_env(HTA_DISABLE_NS_ROUNDING="1"))
+    done = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True,
+                          timeout=300, env=clean_env(HTA_DISABLE_NS_ROUNDING="1"))
     assert done.returncode == 0, done.stderr[-3000:]
     return {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
@@ -99,11 +100,12 @@ def _host_streams(path: Path) -> list[tuple[float, float]]:
     trace = json.loads(lzma.decompress(data) if path.suffix == ".xz" else gzip.decompress(data))
     base = trace.get("baseTimeNanoseconds", 0) / 1000
     return [(base + e["ts"], base + e["ts"] + e["dur"]) for e in trace["traceEvents"]
-            if e.get("ph") == "X" and e.get("cat") == "cpu_op" and isinstance((e.get("args") or {}).get("stream"), int)
-            and e["args"]["stream"] >= 0]
+            if e.get("ph") == "X" and e.get("cat") == "cpu_op"
+            and isinstance((e.get("args") or {}).get("stream"), int) and e["args"]["stream"] >= 0]
 
 
-def _jobprof(prof: Path, rank: int, steps: list[int], hta_extra: list[tuple[float, float]]) -> dict[str, float]:
+def _jobprof(prof: Path, rank: int, steps: list[int],
+             hta_extra: list[tuple[float, float]]) -> dict[str, float]:
     """jobprof's figures for ``steps`` of ``rank``, in µs, from the files it wrote;
     ``hta_extra``: spans HTA counts as kernels that are host events (see the module doc)."""
     device = prof / f"device_{rank}"
@@ -147,7 +149,8 @@ def test_breakdown_and_overlap_agree_with_hta(case, tmp_path):
         else:
             shutil.copy(path, folder)
     theirs = _run_hta(folder)
-    done = subprocess.run([sys.executable, "-m", "jobprof.cli.main", "import", str(folder), "-o", str(tmp_path / "p")],
+    done = subprocess.run([sys.executable, "-m", "jobprof.cli.main", "import", str(folder), "-o",
+                           str(tmp_path / "p")],
                           capture_output=True, text=True, env=clean_env(), timeout=300)
     assert done.returncode == 0, done.stderr
     prof = next((tmp_path / "p").iterdir())
@@ -183,8 +186,10 @@ def test_hta_fails_where_jobprof_says_why(tmp_path):
     with pytest.raises(subprocess.CalledProcessError):
         subprocess.run([sys.executable, "-c", "import sys, warnings; warnings.simplefilter('ignore');"
                         "from hta.trace_analysis import TraceAnalysis;"
-                        "TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)", str(folder)],
+                        "TraceAnalysis(trace_dir=sys.argv[1]).get_temporal_breakdown(visualize=False)",
+                        str(folder)],
                        check=True, capture_output=True, env=clean_env(), timeout=300)
-    done = subprocess.run([sys.executable, "-m", "jobprof.cli.main", "import", str(folder), "-o", str(tmp_path / "p")],
+    done = subprocess.run([sys.executable, "-m", "jobprof.cli.main", "import", str(folder), "-o",
+                           str(tmp_path / "p")],
                           capture_output=True, text=True, env={**os.environ, **clean_env()}, timeout=300)
     assert done.returncode == 0 and ", 0 device task(s)" in done.stdout, done

@@ -125,7 +125,7 @@ def job_of(profile: Profile) -> dict[str, str]:
     size, backend, how iterations were found, torch, and what it was imported from (if it was);
     several values of a key across ranks are joined."""
     found: dict[str, set[str]] = {key: set() for key in JOB_KEYS}
-    for device in profile.all_devices:
+    for device in profile.devices:  # the ranks selected (--rank)
         info = profile.info(device)
         own = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
         for d in info.get("DeviceInfo") or ():
