@@ -127,7 +127,8 @@ def job_of(profile: Profile) -> dict[str, str]:
     found: dict[str, set[str]] = {key: set() for key in JOB_KEYS}
     for device in profile.devices:  # the ranks selected (--rank)
         info = profile.info(device)
-        own = info.get("jobprof") if isinstance(info.get("jobprof"), dict) else {}
+        recorded = info.get("jobprof")
+        own: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
         for d in info.get("DeviceInfo") or ():
             if isinstance(d, dict):
                 found["device"].add(f"{d.get('name', d.get('type', 'N/A'))}")

@@ -1,4 +1,4 @@
-"""Pass 2: one trace's events into a device folder, as a live CUDA job writes its raw data.
+"""Pass 2: one trace's spooled events into a device folder, as a live CUDA job writes its raw data.
 
 Each iteration gets the window file a live job's operator capture writes
 (``data/kineto/window.<n>.json.gz``: Kineto's own events, unchanged but for the 2021 category
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Mapping
@@ -26,10 +25,10 @@ import attrs
 
 from jobprof import __version__
 from jobprof.files import fsio, kinetotrace, rawstore
-from jobprof.imports import collectives, source
-from jobprof.imports.scan import DEVICE_RANGE_CATS, STEP_RE, Scan
+from jobprof.imports import collectives
+from jobprof.imports.scan import HOST, Scan
 from jobprof.plugin.clock import ClockAnchor
-from jobprof.plugin.records import DEVICE_KINDS, CollectiveRecord, StepPointsRecord, TxRecord
+from jobprof.plugin.records import CollectiveRecord, StepPointsRecord, TxRecord
 from jobprof.plugin.values import Iteration
 
 #: how an imported iteration was cut (info.json ``iteration_method``, the step trace)
@@ -103,7 +102,7 @@ class _Spools:
                 path = self.paths[key] = self.folder / f".import.{key}.json"
                 handle = fsio.create(path, self.root, binary=True)
             else:
-                handle = open(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC), "ab")
+                handle = open(fsio.open_append(path, self.root), "ab")  # noqa: SIM115 (kept open: LRU)
         self.open[key] = handle  # the most recently used last
         if self.count[key]:
             handle.write(b",")
@@ -132,7 +131,7 @@ class _Spools:
         return target.stat().st_size
 
 
-def _dumps() -> Any:
+def dumps_function() -> Any:
     try:
         import orjson
 
@@ -141,90 +140,79 @@ def _dumps() -> Any:
         return lambda obj: json.dumps(obj).encode()
 
 
-def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int], window_from: int,
+def build(found: Scan, spool: Path, device_dir: Path, rank: int, taken: set[int], window_from: int,
           backend: str | None) -> tuple[Built, list[tuple[int, dict[str, list[Any]]]], int]:
-    """Pass 2 over ``events`` (the same file again): the window files of its iterations in
-    ``device_dir/data/kineto`` numbered from ``window_from``, and the raw lines to append (in
-    time order); ``taken``: iteration numbers an earlier file of this rank has (left out).
-    Returns what was built, the lines, and the next window number."""
+    """Pass 2 over the spool pass 1 wrote (one JSON line per event, no parse): each line into its
+    iteration's window file in ``device_dir/data/kineto``, numbered from ``window_from``; the raw
+    lines to append (in time order); ``taken``: iteration numbers an earlier file of this rank
+    has (left out).  Returns what was built, the lines, and the next window number."""
     header = found.header
-    path = header.path
     spans, method = iterations_of(found)
     keep = [(n, s, e) for n, s, e in spans if n not in taken]
     duplicates = tuple(n for n, _, _ in spans if n in taken)
     starts = [s for _, s, _ in keep]
     ends = [e for _, _, e in keep]
-    base = header.base_ns
+    numbers = [n for n, _, _ in keep]
     launches = found.launches
-    dumps = _dumps()
+
+    def slot(owner: int) -> int:
+        k = bisect_right(starts, owner) - 1
+        return k if k >= 0 and owner < ends[k] else -1
+
     folder = device_dir / "data" / kinetotrace.FOLDER
-    fsio.make_dirs(folder, root=device_dir.parent)
     spools = _Spools(folder, device_dir.parent)
-    fp: dict[int, int] = {}
-    bp: dict[int, int] = {}
-    comms: dict[int, list[CollectiveRecord]] = {}
-    tx: dict[int, list[TxRecord]] = {}
     outside = kernels = 0
-    group = collectives.default_group(header.distributed)
-    index = -1
     try:
-        for index, raw in enumerate(events):
-            e = source.normalized(raw)
-            if e is None:
-                continue
-            cat = e.get("cat") or ""
-            if cat == "Trace":
-                continue
-            start = base + round(e["ts"] * 1000)
-            owner = start
-            args = e.get("args") or {}
-            launch = None
-            if e["ph"] != "X":
-                if e.get("name") != "[memory]":
+        with fsio.open_read(spool) as lines:
+            for line, start, link in zip(lines, found.starts, found.links, strict=True):
+                if link >= 0:
+                    launch = launches.get(link)
+                    k = slot(launch[0] if launch is not None else start)
+                else:
+                    k = slot(start)
+                if k < 0:
+                    outside += 1
                     continue
-            elif cat in DEVICE_KINDS:
-                launch = launches.get(args.get("correlation"))  # type: ignore[arg-type]
-                if launch is not None:
-                    owner = launch[0]
-            k = bisect_right(starts, owner) - 1
-            if k < 0 or owner >= ends[k]:
-                outside += 1
+                if link != HOST:
+                    kernels += 1
+                spools.write(numbers[k], line[:-1])
+        fp: dict[int, int] = {}
+        bp: dict[int, int] = {}
+        forward, backward = found.forward, found.backward
+        for i in range(0, len(forward), 2):
+            start, end = forward[i], forward[i + 1]
+            k = slot(start)
+            if k >= 0 and start < fp.get(k, start + 1) and not found.in_not_forward(start, end):
+                fp[k] = start
+        for i in range(0, len(backward), 2):
+            k = slot(backward[i])
+            if k >= 0:
+                bp[k] = max(bp.get(k, backward[i + 1]), backward[i + 1])
+        comms: dict[int, list[CollectiveRecord]] = {}
+        group = collectives.default_group(header.distributed)
+        for start, end, e in found.nccl:
+            if not collectives.is_collective_kernel(e.get("name", "")):
                 continue
-            number = keep[k][0]
-            try:
-                spools.write(number, dumps(e))
-            except (TypeError, RecursionError):  # orjson: nested beyond 254 levels
-                raise source.TraceError(path, "args nested too deeply to be Kineto's (over 254 levels)",
-                                        index) from None
-            if e["ph"] != "X" or cat in DEVICE_RANGE_CATS:
+            launch = launches.get((e.get("args") or {}).get("correlation"))  # type: ignore[arg-type]
+            k = slot(launch[0] if launch is not None else start)
+            if k < 0:
                 continue
-            end = start + round(e.get("dur", 0) * 1000)
-            name = e.get("name", "")
-            if cat in DEVICE_KINDS:
-                kernels += 1
-                if cat == "kernel" and collectives.is_collective_kernel(name):
-                    host = found.comms_at(launch[1], launch[0]) if launch is not None else {}
-                    comms.setdefault(number, []).append(collectives.record(
-                        e, start, end, host, launch[1] if launch is not None else None, header.rank, backend,
-                        group))
-            elif cat == "cpu_op":
-                if name.startswith("aten::") and not found.in_not_forward(start, end):
-                    fp[number] = min(fp.get(number, start), start)
-                elif name.startswith(_BACKWARD):
-                    bp[number] = max(bp.get(number, end), end)
-            elif cat == "user_annotation" and not STEP_RE.match(name):
-                tid = e.get("tid")
-                tx.setdefault(number, []).append(TxRecord(
-                    name, start, end, tid if isinstance(tid, int) and not isinstance(tid, bool) else 0, "r",
-                    TX_DOMAIN))
-        lines = []
+            host = found.comms_at(launch[1], launch[0]) if launch is not None else {}
+            comms.setdefault(numbers[k], []).append(collectives.record(
+                e, start, end, host, launch[1] if launch is not None else None, header.rank, backend, group))
+        tx: dict[int, list[TxRecord]] = {}
+        for start, end, name, tid in found.ranges:
+            k = slot(start)
+            if k >= 0:
+                tx.setdefault(numbers[k], []).append(TxRecord(name, start, end, tid, "r", TX_DOMAIN))
+        out = []
         window = window_from
         _number_collectives(comms, keep)
-        for number, start, end in keep:
+        for k, (number, start, end) in enumerate(keep):
             name = kinetotrace.window_name(window)
             window += 1
-            size = spools.window(number, base, folder / name)
-            f, b = fp.get(number), bp.get(number)
+            size = spools.window(number, header.base_ns, folder / name)
+            f, b = fp.get(k), bp.get(k)
             if f is not None and b is not None and b < f:
                 b = None  # a backward before any forward is no BP End of this step
             streams: dict[str, list[Any]] = {
@@ -232,21 +220,20 @@ def build(found: Scan, events: Any, device_dir: Path, rank: int, taken: set[int]
                 rawstore.OPS_STREAM: [kinetotrace.reference(name, 0, size, True, found.shapes)],
                 StepPointsRecord.STREAM: [StepPointsRecord(f, b, "auto", "auto").to_raw()],
             }
-            if found.nccl_kernels:
+            if found.nccl:
                 streams[CollectiveRecord.STREAM] = [r.to_raw() for r in comms.get(number, ())]
             if number in tx:
                 streams[TxRecord.STREAM] = [r.to_raw() for r in sorted(tx[number], key=lambda r: r.start_ns)]
-            lines.append((number, streams))
-    except (KeyError, TypeError, AttributeError) as exc:  # pass 1 checked it: the file changed since
-        raise source.TraceError(path, f"changed while it was read ({type(exc).__name__}: {exc})", index) from None
+            out.append((number, streams))
     finally:
         spools.close()
-        for spool in spools.paths.values():
-            spool.unlink(missing_ok=True)
-    built = Built(path, rank, tuple(n for n, _, _ in keep), method, found.events, found.timed, kernels,
-                  sum(map(len, comms.values())), sum(map(len, tx.values())), outside, duplicates, dict(found.unknown),
-                  found.first_ns or 0, found.last_ns or 0, provenance(found, keep, method))
-    return built, lines, window
+        for path in spools.paths.values():
+            path.unlink(missing_ok=True)
+    built = Built(header.path, rank, tuple(numbers), method, found.events, found.timed, kernels,
+                  sum(map(len, comms.values())), sum(map(len, tx.values())), outside, duplicates,
+                  dict(found.unknown), found.first_ns or 0, found.last_ns or 0,
+                  provenance(found, keep, method))
+    return built, out, window
 
 
 def _number_collectives(comms: dict[int, list[CollectiveRecord]], keep: list[tuple[int, int, int]]) -> None:

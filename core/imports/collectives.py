@@ -71,7 +71,8 @@ def _ranks(args: Mapping[str, Any]) -> tuple[int, ...] | None:
         match = _RANKS_RE.match(value.strip())
         if match and match[1]:
             return tuple(int(v) for v in match[1].split(","))
-    size, start, stride = (_int(args.get(k)) for k in ("Group size", "Global rank start", "Global rank stride"))
+    size, start, stride = (_int(args.get(k))
+                           for k in ("Group size", "Global rank start", "Global rank stride"))
     if size and size > 0 and size < 1 << 20 and start is not None and start >= 0 and stride and stride > 0:
         return tuple(start + stride * i for i in range(size))
     return None
@@ -127,7 +128,7 @@ def _input_bytes(args: Mapping[str, Any] | None) -> tuple[int, int] | None:
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
     best = None
-    for shape, kind in zip(dims, types):
+    for shape, kind in zip(dims, types, strict=False):  # a list cut short: the pairs there are
         width = INPUT_TYPES.get(kind) if isinstance(kind, str) else None
         if width is None or not isinstance(shape, list) or not shape or \
                 not all(_int(d) is not None and d >= 0 for d in shape):

@@ -89,9 +89,9 @@ def collect(inputs: Iterable[Path]) -> tuple[list[Path], list[str]]:
                 if stat.S_ISREG(st.st_mode):
                     add(path, st)
                 else:
-                    problems.append(str(source.TraceError(path, "is a symbolic link: give the file it points to"
-                                                          if stat.S_ISLNK(st.st_mode) else
-                                                          f"is {fsio.describe(st.st_mode)}, not a trace file")))
+                    why = "is a symbolic link: give the file it points to" if stat.S_ISLNK(st.st_mode) \
+                        else f"is {fsio.describe(st.st_mode)}, not a trace file"
+                    problems.append(str(source.TraceError(path, why)))
 
     for path in inputs:
         try:
@@ -124,7 +124,8 @@ def assign_ranks(headers: Sequence[source.Header]) -> tuple[dict[int, list[sourc
     for h in unranked:
         rank = next(free)
         ranks[rank] = [h]
-        notes.append(f"{h.path}: no distributedInfo.rank in the trace: imported as rank {rank} (the file order)")
+        notes.append(f"{h.path}: no distributedInfo.rank in the trace: imported as rank {rank} "
+                     "(the file order)")
     for files in ranks.values():
         files.sort(key=lambda h: (h.base_ns, str(h.path)))
     return dict(sorted(ranks.items())), notes
@@ -141,19 +142,27 @@ def build_rank(rank: int, headers: Sequence[source.Header], staging: Path, backe
     built: list[build.Built] = []
     problems: list[str] = []
     facts: build.RankFacts | None = None
+    dumps = build.dumps_function()
+    spools = device_dir / "data" / kinetotrace.FOLDER
+    fsio.make_dirs(spools, root=staging)
     for header in headers:
         first_window = window
+        # pass 1 writes each event it keeps here, one JSON line; pass 2 routes the lines
+        spool = fsio.new_empty_file(spools, lambda: f".import.{os.getpid()}.{time.monotonic_ns()}.jsonl",
+                                    root=staging)
         try:
-            found = scan.scan(header, source.events(header.path), header.path)
-            done, more, window = build.build(found, source.events(header.path), device_dir, rank, taken, window,
-                                             backend)
+            with open(fsio.open_append(spool, root=staging), "ab", buffering=1 << 20) as handle:
+                found = scan.scan(header, source.events(header.path), header.path, handle, dumps)
+            done, more, window = build.build(found, spool, device_dir, rank, taken, window, backend)
         except (source.TraceError, OSError) as exc:
             text = str(exc) if isinstance(exc, source.TraceError) else f"{header.path}: {exc.strerror or exc}"
             problems.append(text)
             for number in range(first_window, window + 1):  # what this file had written
-                (device_dir / "data" / kinetotrace.FOLDER / kinetotrace.window_name(number)).unlink(missing_ok=True)
+                (spools / kinetotrace.window_name(number)).unlink(missing_ok=True)
             window = first_window
             continue
+        finally:
+            spool.unlink(missing_ok=True)
         if not done.iterations:
             problems.append(f"{header.path}: no event to import ({found.events} events, none timed)"
                             if not found.timed else f"{header.path}: every ProfilerStep is one an earlier "
@@ -218,9 +227,9 @@ def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
     if not headers:
         return Imported(None, (), tuple(problems), (), (), time.perf_counter() - began)
     ranks, notes = assign_ranks(headers)
-    backends = {h.distributed.get("backend") for h in headers if isinstance(h.distributed.get("backend"), str)}
+    backends = {b for h in headers if isinstance(b := h.distributed.get("backend"), str)}
     backend = next(iter(backends)) if len(backends) == 1 else None
-    worlds = {h.distributed.get("world_size") for h in headers if isinstance(h.distributed.get("world_size"), int)}
+    worlds = {w for h in headers if isinstance(w := h.distributed.get("world_size"), int)}
     world: Any = next(iter(worlds)) if len(worlds) == 1 else "N/A" if not worlds else max(worlds)
     fsio.make_dirs(output)
     final, claim = profdir.job_dir(str(output), environ={})

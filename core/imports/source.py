@@ -18,7 +18,6 @@ from __future__ import annotations
 import gzip
 import io
 import lzma
-import math
 import os
 import stat
 import zlib
@@ -59,8 +58,9 @@ class TraceError(Exception):
         self.event = event
 
     def __str__(self) -> str:
-        where = f"{self.path}: event {self.event} of traceEvents" if self.event is not None else str(self.path)
-        return f"{where}: {self.text}"
+        if self.event is None:
+            return f"{self.path}: {self.text}"
+        return f"{self.path}: event {self.event} of traceEvents: {self.text}"
 
 
 @attrs.frozen
@@ -111,7 +111,7 @@ def _open(path: Path) -> tuple[IO[bytes], str]:
     if magic.startswith(_GZIP):
         return gzip.GzipFile(fileobj=raw, mode="rb"), "gzip"  # type: ignore[return-value]
     if magic.startswith(_XZ):
-        return lzma.LZMAFile(raw, "rb"), "xz"  # type: ignore[return-value]
+        return lzma.LZMAFile(raw, "rb"), "xz"
     return raw, "json"
 
 
@@ -320,17 +320,18 @@ def events(path: Path) -> Iterator[Mapping[str, Any]]:
     """The trace's events, one at a time, as ijson builds them (floats for non-integers)."""
     ijson = _ijson()
     with _Checked(path) as stream:
-        index = -1
+        count = 0
         try:
-            for index, event in enumerate(ijson.items(stream, "traceEvents.item", use_float=True)):
+            for event in ijson.items(stream, "traceEvents.item", use_float=True):
                 yield event
+                count += 1
         except TraceError:
             raise
         except (ijson.JSONError, ijson.IncompleteJSONError, ValueError) as exc:
-            raise TraceError(path, f"not valid JSON after event {index} ({_json_error(path, exc).text})",
-                             ) from None
+            where = f"after event {count - 1}" if count else "in or before the first event"
+            raise TraceError(path, f"not valid JSON {where} ({_json_error(path, exc).text})") from None
         except RecursionError:
-            raise TraceError(path, "nested too deeply to be a trace", index + 1) from None
+            raise TraceError(path, "nested too deeply to be a trace", count) from None
 
 
 def checked(event: Any, index: int, path: Path) -> dict[str, Any] | None:

@@ -249,8 +249,8 @@ def _add_device_ranges(ctx: ExportContext, timeline: Timeline, records: list[OpR
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     offset = ctx.axis.offset_ns
     for stream in sorted({r.tid for r in ranges}):
-        timeline.thread(pid, RANGE_TRACK + stream, f"Stream {stream} ranges" if stream >= 0 else "Device-wide ranges",
-                        sort_index=stream)
+        name = f"Stream {stream} ranges" if stream >= 0 else "Device-wide ranges"
+        timeline.thread(pid, RANGE_TRACK + stream, name, sort_index=stream)
     events += [f'{{"name": {dumps(r.name)}, "pid": {pid}, "tid": {RANGE_TRACK + r.tid}, '
                f'"ts": {(r.start + offset) / 1000!r}, "dur": {r.dur / 1000!r}, '
                f'"args": {{"Event Type": {dumps(r.kind)}}}, "ph": "X"}}' for r in ranges]
