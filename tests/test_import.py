@@ -411,3 +411,25 @@ def test_collective_names_match_the_hccl_plugin():
 
     live = {c.name for c in OPERATORS.values()}
     assert set(OPERATIONS.values()) <= live
+
+
+def test_header_from_head_and_tail_or_the_whole_file(tmp_path, monkeypatch):
+    """The top-level keys are read from the file's head and tail; where that is in doubt (a list
+    of objects after the events could be taken for their end; keys before the events longer
+    than the head), the whole file is parsed: the same header either way."""
+    from jobprof.imports import source
+
+    trace = load(TRITON)
+    base = trace.pop("baseTimeNanoseconds")
+    events = trace.pop("traceEvents")
+    # Kineto's order, then the base after a list of objects that ends like the event array
+    odd = {**trace, "traceEvents": events, "baseTimeNanoseconds": base, "later": [{"a": 1}, {"b": [2]}]}
+    path = tmp_path / "odd.json"
+    path.write_text(json.dumps(odd))
+    header = source.read_header(path)
+    assert header.base_ns == base and header.other["traceName"] == trace["traceName"]
+    monkeypatch.setattr(source, "HEAD_BYTES", 64)  # the keys before the events exceed the head
+    assert source.read_header(path) == header
+    with pytest.raises(source.TraceError, match="traceEvents is not an array"):
+        (tmp_path / "bad.json").write_text(json.dumps({**trace, "traceEvents": 5}))
+        source.read_header(tmp_path / "bad.json")

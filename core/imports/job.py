@@ -227,6 +227,7 @@ def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
     if not headers:
         return Imported(None, (), tuple(problems), (), (), time.perf_counter() - began)
     ranks, notes = assign_ranks(headers)
+    jobs = min(jobs, len(ranks))  # a worker per rank at most: one rank is built here, no pool
     backends = {b for h in headers if isinstance(b := h.distributed.get("backend"), str)}
     backend = next(iter(backends)) if len(backends) == 1 else None
     worlds = {w for h in headers if isinstance(w := h.distributed.get("world_size"), int)}
