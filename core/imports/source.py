@@ -154,6 +154,8 @@ def _json_error(path: Path, exc: Exception) -> TraceError:
 #: how much of the decompressed head and tail :func:`read_header` reads before it falls back
 #: to parsing the whole file
 HEAD_BYTES = 4 << 20
+#: epoch µs of 2001-09-09: a trace's ``ts`` below it counts from a base, not from the epoch
+EPOCH_US_2001 = 1e15
 TAIL_BYTES = 1 << 20
 
 
@@ -271,8 +273,9 @@ def _fast_keys(path: Path) -> tuple[dict[str, Any], bool]:
     if after is None:
         raise _Ambiguous
     top.update(after)
-    # times that count from a base (small) with no base found: a key was missed, be exact
-    if "baseTimeNanoseconds" not in top and _number(first_ts) and 0 <= first_ts < 1e12:
+    # times that count from a base (not epoch µs: those exceed 1e15 since 2001) with no base
+    # found: a key may have been missed, be exact
+    if "baseTimeNanoseconds" not in top and _number(first_ts) and first_ts < EPOCH_US_2001:
         raise _Ambiguous
     return top, True
 
