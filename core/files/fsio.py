@@ -306,11 +306,12 @@ class StreamedFile:
     half of it); an error inside ``with`` removes the temporary file.  ``compress`` (default: a
     ``.gz`` name) gzip-compresses it.  ``self.handle`` is text (UTF-8, a lone surrogate as its
     ``\\u`` escape) or, with ``binary``, bytes.  The folder must exist; ``root``: see
-    :func:`open_dir`.  ``output``: a command's ``-o`` (:func:`check_output`, checked again just
+    :func:`open_dir`.  ``level``: the gzip level (raw data that is read back soon: 1, as a live
+    job's windows).  ``output``: a command's ``-o`` (:func:`check_output`, checked again just
     before the rename; ``-`` writes to standard output).  ``atomic_write`` is its one-shot form."""
 
     def __init__(self, path: Path, binary: bool = False, compress: bool | None = None,
-                 root: Path | None = None, output: bool = False) -> None:
+                 root: Path | None = None, output: bool = False, level: int = 6) -> None:
         import gzip
 
         self.path = path
@@ -340,7 +341,7 @@ class StreamedFile:
                 raise CannotWrite(path, f"cannot write {path}: {exc.strerror or exc}", exc.errno) from None
         self._raw = raw
         stream: IO[bytes] | gzip.GzipFile = \
-            gzip.GzipFile(filename="", mode="wb", compresslevel=6, fileobj=raw) if packed else raw
+            gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=raw) if packed else raw
         self._packed = stream if packed else None
         # closed by finish() or abort()
         self.handle: Any = stream if binary else io.TextIOWrapper(

@@ -118,7 +118,8 @@ class _Spools:
         """The iteration's events as a window file (gzip, written atomically); its bytes."""
         self.close()
         path = self.paths.get(key)
-        with fsio.StreamedFile(target, binary=True, compress=True, root=self.root) as out:
+        # level 1, as a live job's windows (kinetotrace.save_window): raw data, read back once
+        with fsio.StreamedFile(target, binary=True, compress=True, root=self.root, level=1) as out:
             out.handle.write(b'{"baseTimeNanoseconds": %d, "traceEvents": [' % base_ns)
             if path is not None:
                 with fsio.open_read(path) as spool:

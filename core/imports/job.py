@@ -157,8 +157,9 @@ def build_rank(rank: int, headers: Sequence[source.Header], staging: Path, backe
         except (source.TraceError, OSError) as exc:
             text = str(exc) if isinstance(exc, source.TraceError) else f"{header.path}: {exc.strerror or exc}"
             problems.append(text)
-            for number in range(first_window, window + 1):  # what this file had written
-                (spools / kinetotrace.window_name(number)).unlink(missing_ok=True)
+            for written in spools.glob("window.*.json.gz"):  # what this file had written
+                if int(written.name.split(".")[1]) >= first_window:
+                    written.unlink(missing_ok=True)
             window = first_window
             continue
         finally:

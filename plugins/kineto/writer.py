@@ -375,7 +375,6 @@ def render(ctx: ExportContext) -> str:
     return f'{head[:-1]}, "traceEvents": [{events}]}}'
 
 
-
 _NOTES = {
     "cpu_pseudo_device": "CPU-only job: each op_summary task (a top-level operator run on the CPU) is "
                          "written twice, as its cpu_op and as a 'kernel' on the pseudo device "
