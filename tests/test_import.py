@@ -433,3 +433,17 @@ def test_header_from_head_and_tail_or_the_whole_file(tmp_path, monkeypatch):
     with pytest.raises(source.TraceError, match="traceEvents is not an array"):
         (tmp_path / "bad.json").write_text(json.dumps({**trace, "traceEvents": 5}))
         source.read_header(tmp_path / "bad.json")
+
+
+def test_command_line_mistakes_are_named(tmp_path):
+    missing = jobprof("import", str(tmp_path / "nope.json"), "-o", str(tmp_path / "out"), check=False)
+    assert missing.returncode == 1 and "nope.json" in missing.stderr and "nothing imported" in missing.stderr
+    (tmp_path / "file").write_text("x")
+    onto_file = jobprof("import", str(TRITON), "-o", str(tmp_path / "file"), check=False)
+    assert onto_file.returncode == 1 and "file" in onto_file.stderr and "Traceback" not in onto_file.stderr
+    zero = jobprof("import", str(TRITON), "--jobs", "0", "-o", str(tmp_path / "out"), check=False)
+    assert zero.returncode == 2 and "--jobs" in zero.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = jobprof("import", str(empty), "-o", str(tmp_path / "out"), check=False)
+    assert none.returncode == 1 and "no trace files in it" in none.stderr
