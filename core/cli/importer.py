@@ -40,11 +40,11 @@ def run(args: argparse.Namespace) -> int:
     done = job.run(args.traces, args.output, jobs, say=lambda text: print(text, file=sys.stderr, flush=True))
     for r in done.ranks:
         for b in r.built:
-            rate = b.events / r.seconds if r.seconds > 0 else 0
+            rate = r.events / r.seconds if r.seconds > 0 else 0
             print(printable(
                 f"rank {r.rank}: {b.path}: iteration(s) {', '.join(ranges(b.iterations))} "
                 f"({b.method}), {b.kernels:,} device task(s), {b.collectives:,} collective(s); "
-                f"{b.events:,} events, {rate:,.0f} events/s"))
+                f"{b.events:,} events, read at {rate:,.0f}/s"))
     for note in done.notes:
         print(printable(f"  note: {note}"), file=sys.stderr)
     for problem in done.problems:
@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
     if done.prof_dir is None:
         print("jobprof import: nothing imported", file=sys.stderr)
         return 1
-    print(printable(f"{done.prof_dir}: {len([r for r in done.ranks if r.built])} rank(s) imported in "
-                    f"{done.seconds:.1f} s"))
+    events = sum(r.events for r in done.ranks)
+    rate = events / max(done.seconds, 1e-9)
+    print(printable(f"{done.prof_dir}: {len([r for r in done.ranks if r.built])} rank(s), {events:,} events "
+                    f"imported in {done.seconds:.1f} s ({rate:,.0f} events/s, every file written)"))
     return 1 if done.problems or done.render_problems else 0
