@@ -14,6 +14,7 @@ import lzma
 import shutil
 import subprocess
 import sys
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,35 @@ def test_attribution_block_dim_and_flows(imported):
     timeline = json.loads((prof / "device_0" / "timeline" / f"msprof_0_{MODEL}_4.json").read_text())
     flows = Counter(e["ph"] for e in timeline if e.get("cat") == "HostToDevice")
     assert flows["s"] == flows["f"] == len(rows(prof, "op_summary", 0, 4))
+
+
+def test_host_mark_only_on_operators_that_launched_nothing(imported):
+    """aicpu's ``[host]``: an operator some call of which launched no device work, checked
+    against the trace's own launches inside each call's span on its thread."""
+    trace = load(NCCL)
+    launches: dict[Any, list[float]] = defaultdict(list)
+    for e in trace["traceEvents"]:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            launches[e["tid"]].append(e["ts"])
+    for times in launches.values():
+        times.sort()
+    outcomes: dict[str, set[bool]] = defaultdict(set)
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            times = launches[e["tid"]]
+            at = bisect_left(times, e["ts"])
+            outcomes[e["name"]].add(at < len(times) and times[at] <= e["ts"] + e["dur"])
+    marked = unmarked = 0
+    for step in (4, 5, 6):
+        for r in rows(imported["nccl"], "aicpu", 0, step):
+            name = r["Node"].removesuffix(" [host]")
+            if r["Node"].endswith(" [host]"):
+                marked += 1
+                assert False in outcomes[name], name  # some call of it launched nothing
+            else:
+                unmarked += 1
+                assert True in outcomes[name], name
+    assert marked and unmarked
 
 
 def test_annotations_step_points_and_overlap(imported):

@@ -294,6 +294,8 @@ def _is_amd(props: Mapping[str, Any]) -> bool:
 def options(found_any_nccl: bool, found_any_tx: bool, output: str) -> dict[str, Any]:
     """The options of a live job that would have written what the import writes."""
     return {"output": output, "training_trace": "on", "task_trace": "on",
+            # host-side time per operator, [host] on those that launched no device work
+            "aicpu": "on",
             "hccl": "on" if found_any_nccl else "off", "msproftx": "on" if found_any_tx else "off",
             # the iteration as Kineto's trace format again (`jobprof kineto`, HTA)
             "kineto_trace": "on"}
