@@ -477,3 +477,55 @@ def test_command_line_mistakes_are_named(tmp_path):
     empty.mkdir()
     none = jobprof("import", str(empty), "-o", str(tmp_path / "out"), check=False)
     assert none.returncode == 1 and "no trace files in it" in none.stderr
+
+
+TORCH_PROFILER_JOB = """
+import sys, torch
+from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(32, 64), torch.randn(32, 8)
+with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
+             schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
+             on_trace_ready=tensorboard_trace_handler(sys.argv[1], worker_name="trainer",
+                                                      use_gzip=True)) as prof:
+    for _ in range(8):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+        prof.step()
+"""
+
+
+def test_a_torch_profiler_job_on_this_machine(tmp_path):
+    """torch.profiler itself, as users run it: a schedule of two cycles of two active steps,
+    tensorboard_trace_handler writing one gzip'd file per cycle (no distributedInfo: one
+    process).  Both files are one rank; the steps keep torch's numbers; the operators are the
+    trace's."""
+    logs = tmp_path / "log"
+    subprocess.run([sys.executable, "-c", TORCH_PROFILER_JOB, str(logs)], check=True, env=clean_env(),
+                   timeout=300, capture_output=True)
+    files = sorted(logs.glob("trainer.*.pt.trace.json.gz"))
+    assert len(files) == 2, files
+    done = jobprof("import", str(logs), "-o", str(tmp_path / "prof"))
+    assert "2 files of worker trainer" in done.stderr, done.stderr
+    prof = prof_of(tmp_path / "prof")
+    assert [p.name for p in prof.iterdir() if p.name.startswith("device_")] == ["device_0"]
+    expected = sorted(n for f in files for n in steps(load(f)))
+    assert expected == [2, 3, 6, 7]
+    imported = sorted(s for i in info(prof, 0)["jobprof"]["imported"] for s in i["steps"])
+    assert imported == expected
+    for step in expected:
+        trace = load(next(f for f in files if step in steps(load(f))))
+        start, end = steps(trace)[step]
+        aten = {e["name"].removeprefix("aten::") for e in trace["traceEvents"]
+                if e.get("cat") == "cpu_op" and e["name"].startswith("aten::")
+                and start <= ns(trace, e["ts"]) < end}
+        got = rows(prof, "op_summary", 0, step)
+        assert got and {r["OP Type"] for r in got} <= aten and {r["Task Type"] for r in got} == {"CPU"}
+        # on a CPU job the task is the top-level operator (linear, around its addmm), with its inputs
+        assert ("linear", "32,64;128,64;128") in {(r["OP Type"], r["Input Shapes"]) for r in got}
+    # the cycles' gap (the steps the schedule waited and warmed up in) named as such
+    summary = jobprof("summary", str(prof)).stdout
+    assert "no raw data for iteration(s) 4-5 (not in the imported traces)" in summary

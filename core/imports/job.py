@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import time
@@ -112,20 +113,36 @@ def collect(inputs: Iterable[Path]) -> tuple[list[Path], list[str]]:
     return files, problems
 
 
+def worker_of(path: Path) -> str:
+    """The process a file without a rank came from: ``tensorboard_trace_handler`` names its files
+    ``<worker>.<time ns>.pt.trace.json[.gz]`` (worker: ``<host>_<pid>`` unless given), one per
+    profiler cycle; any other file is a process of its own."""
+    match = _HANDLER_NAME.match(path.name)
+    return f"{path.parent}/{match[1]}" if match else str(path)
+
+
+_HANDLER_NAME = re.compile(r"^(.+)\.\d+\.pt\.trace\.json(?:\.gz)?$")
+
+
 def assign_ranks(headers: Sequence[source.Header]) -> tuple[dict[int, list[source.Header]], list[str]]:
-    """Rank -> its files in time order; notes on ranks taken from the file order."""
+    """Rank -> its files in time order; notes on ranks taken from the file order.  Files without
+    a rank are one rank per process (:func:`worker_of`), in the order of their first file."""
     ranks: dict[int, list[source.Header]] = {}
-    unranked = [h for h in headers if h.rank is None]
+    unranked: dict[str, list[source.Header]] = {}
     for h in headers:
         if h.rank is not None:
             ranks.setdefault(h.rank, []).append(h)
+        else:
+            unranked.setdefault(worker_of(h.path), []).append(h)
     notes = []
     free = (r for r in range(len(headers) + max(ranks, default=0) + 1) if r not in ranks)
-    for h in unranked:
+    for files in unranked.values():
         rank = next(free)
-        ranks[rank] = [h]
-        notes.append(f"{h.path}: no distributedInfo.rank in the trace: imported as rank {rank} "
-                     "(the file order)")
+        ranks[rank] = files
+        names = files[0].path.name if len(files) == 1 else f"{len(files)} files of worker " \
+            f"{_HANDLER_NAME.match(files[0].path.name)[1]}"  # type: ignore[index]
+        notes.append(f"{files[0].path.parent}/{names}: no distributedInfo.rank in the trace: imported as "
+                     f"rank {rank} (the file order)")
     for files in ranks.values():
         files.sort(key=lambda h: (h.base_ns, str(h.path)))
     return dict(sorted(ranks.items())), notes
