@@ -498,6 +498,7 @@ with profile(activities=[ProfilerActivity.CPU], record_shapes=True,
 """
 
 
+@pytest.mark.torch_versions  # the traces every supported torch writes (the version legs)
 def test_a_torch_profiler_job_on_this_machine(tmp_path):
     """torch.profiler itself, as users run it: a schedule of two cycles of two active steps,
     tensorboard_trace_handler writing one gzip'd file per cycle (no distributedInfo: one
