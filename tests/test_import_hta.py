@@ -192,4 +192,4 @@ def test_hta_fails_where_jobprof_says_why(tmp_path):
     done = subprocess.run([sys.executable, "-m", "jobprof.cli.main", "import", str(folder), "-o",
                            str(tmp_path / "p")],
                           capture_output=True, text=True, env={**os.environ, **clean_env()}, timeout=300)
-    assert done.returncode == 0 and ", 0 device task(s)" in done.stdout, done
+    assert done.returncode == 0 and "no device work" in done.stdout, done

@@ -41,9 +41,11 @@ def run(args: argparse.Namespace) -> int:
     for r in done.ranks:
         for b in r.built:
             rate = r.events / r.seconds if r.seconds > 0 else 0
+            tasks = f"{b.kernels:,} device task(s)" if b.kernels else \
+                "no device work (its top-level operators are the tasks, as a CPU-only job's)"
             print(printable(
                 f"rank {r.rank}: {b.path}: iteration(s) {', '.join(ranges(b.iterations))} "
-                f"({b.method}), {b.kernels:,} device task(s), {b.collectives:,} collective(s); "
+                f"({b.method}), {tasks}, {b.collectives:,} collective(s); "
                 f"{b.events:,} events, read at {rate:,.0f}/s"))
     for note in done.notes:
         print(printable(f"  note: {note}"), file=sys.stderr)
