@@ -39,7 +39,6 @@ WHOLE_TRACE = "whole trace (imported; no ProfilerStep#N in it)"
 OPEN_SPOOLS = 64
 #: the record_function domain the msproftx plugin records ranges under
 TX_DOMAIN = "record_function"
-_BACKWARD = "autograd::engine::evaluate_function"
 
 
 @attrs.frozen
@@ -51,7 +50,6 @@ class Built:
     iterations: tuple[int, ...]
     method: str
     events: int
-    timed: int
     kernels: int
     collectives: int
     #: record_function ranges (user_annotation) imported as msproftx ranges
@@ -230,7 +228,7 @@ def build(found: Scan, spool: Path, device_dir: Path, rank: int, taken: set[int]
         spools.close()
         for path in spools.paths.values():
             path.unlink(missing_ok=True)
-    built = Built(header.path, rank, tuple(numbers), method, found.events, found.timed, kernels,
+    built = Built(header.path, rank, tuple(numbers), method, found.events, kernels,
                   sum(map(len, comms.values())), sum(map(len, tx.values())), outside, duplicates,
                   dict(found.unknown), found.first_ns or 0, found.last_ns or 0,
                   provenance(found, keep, method))

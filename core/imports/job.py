@@ -201,27 +201,23 @@ def build_rank(rank: int, headers: Sequence[source.Header], staging: Path, backe
     return RankResult(rank, tuple(built), facts, tuple(problems), time.perf_counter() - began)
 
 
-def render_rank(device_dir: Path) -> tuple[int, tuple[str, ...]]:
-    """The ordinary export of one imported device folder, then its facts file (a worker)."""
+def render_rank(device_dir: Path) -> tuple[str, ...]:
+    """The ordinary export of one imported device folder, then its facts file (a worker);
+    what went wrong."""
     from jobprof.analysis import facts
+    from jobprof.files import export
     from jobprof.plugin.manager import PluginManager
     from jobprof.plugin.reporter import Reporter
 
     manager = PluginManager(Reporter())
     manager.load_entry_points()
     kept = facts.PartsKept(manager)
-    result = export_device(device_dir, manager, kept)
+    result = export.export_device(device_dir, manager, on_streams=kept)
     device = profdir.device_id(device_dir)
     problems = list(result.problems)
     with rawstore.reporting(problems.append):
         facts.write(device_dir.parent, manager, devices=[device], known={device: kept.parts})
-    return result.files, tuple(problems)
-
-
-def export_device(device_dir: Path, manager: Any, kept: Any) -> Any:
-    from jobprof.files import export
-
-    return export.export_device(device_dir, manager, on_streams=kept)
+    return tuple(problems)
 
 
 def _map(pool: ProcessPoolExecutor | None, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
@@ -283,7 +279,7 @@ def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
             os.rmdir(hidden)
             say(f"rendering {len(built)} rank(s)")
             rendered = _map(pool, render_rank, [(final / f"device_{r.rank}",) for r in built])
-        render_problems = [p for _, ps in rendered for p in ps]
+        render_problems = [p for ps in rendered for p in ps]
     except BaseException:
         shutil.rmtree(hidden, ignore_errors=True)
         raise

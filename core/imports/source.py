@@ -172,9 +172,9 @@ def read_header(path: Path) -> Header:
     here: the passes over the events check each (:func:`checked`)."""
     size = check_path(path).st_size
     try:
-        top, seen_events = _fast_keys(path)
+        top, seen_events, encoding = _fast_keys(path)
     except _Ambiguous:
-        top, seen_events = _all_keys(path)
+        top, seen_events, encoding = _all_keys(path)
     if not seen_events:
         raise TraceError(path, "has no traceEvents: not a torch.profiler trace")
     base = top.pop("baseTimeNanoseconds", 0)
@@ -188,12 +188,7 @@ def read_header(path: Path) -> Header:
         raise TraceError(path, "distributedInfo is not an object")
     schema = top.pop("schemaVersion", None)
     other = {k: v for k, v in top.items() if isinstance(v, (str, int, float, bool)) or v is None}
-    return Header(path, size, _encoding(path), base, tuple(props), dist, schema, other)
-
-
-def _encoding(path: Path) -> str:
-    with _Checked(path) as stream:
-        return stream.encoding
+    return Header(path, size, encoding, base, tuple(props), dist, schema, other)
 
 
 def _top_keys(path: Path, parser: Any, stop_at_events: bool) -> tuple[dict[str, Any], bool, Any]:
@@ -235,12 +230,13 @@ def _top_keys(path: Path, parser: Any, stop_at_events: bool) -> tuple[dict[str, 
     return top, seen_events, None
 
 
-def _all_keys(path: Path) -> tuple[dict[str, Any], bool]:
+def _all_keys(path: Path) -> tuple[dict[str, Any], bool, str]:
+    """The top-level keys, whether ``traceEvents`` was there, and how the file is stored."""
     ijson = _ijson()
     with _Checked(path) as stream:
         try:
             top, seen, _ = _top_keys(path, ijson.parse(stream, use_float=True), False)
-            return top, seen
+            return top, seen, stream.encoding
         except TraceError:
             raise
         except (ijson.JSONError, ijson.IncompleteJSONError, ValueError) as exc:
@@ -249,8 +245,9 @@ def _all_keys(path: Path) -> tuple[dict[str, Any], bool]:
             raise TraceError(path, "nested too deeply to be a trace") from None
 
 
-def _fast_keys(path: Path) -> tuple[dict[str, Any], bool]:
-    """The keys before the event array (from the head) and after it (from the tail)."""
+def _fast_keys(path: Path) -> tuple[dict[str, Any], bool, str]:
+    """The keys before the event array (from the head) and after it (from the tail), as
+    :func:`_all_keys` returns them."""
     ijson = _ijson()
     with _Checked(path) as stream:
         head = stream.read(HEAD_BYTES)
@@ -264,11 +261,12 @@ def _fast_keys(path: Path) -> tuple[dict[str, Any], bool]:
             raise _Ambiguous from None
         if not seen:
             if len(head) < HEAD_BYTES:
-                return top, False
+                return top, False, stream.encoding
             raise _Ambiguous  # the keys before the events are longer than the head
         tail = head
         while block := stream.read(CHUNK):
             tail = (tail + block)[-TAIL_BYTES:]
+        encoding = stream.encoding
     after = _tail_keys(tail)
     if after is None:
         raise _Ambiguous
@@ -277,7 +275,7 @@ def _fast_keys(path: Path) -> tuple[dict[str, Any], bool]:
     # found: a key may have been missed, be exact
     if "baseTimeNanoseconds" not in top and _number(first_ts) and first_ts < EPOCH_US_2001:
         raise _Ambiguous
-    return top, True
+    return top, True, encoding
 
 
 def _tail_keys(tail: bytes) -> dict[str, Any] | None:
@@ -370,22 +368,6 @@ def checked(event: Any, index: int, path: Path) -> dict[str, Any] | None:
     return event
 
 
-def normalized(event: Any) -> dict[str, Any] | None:
-    """Pass 2's view of an event :func:`checked` accepted in pass 1: the same filter and
-    renaming, no checks (a file changed between the passes fails in pass 2, named)."""
-    ph = event.get("ph")
-    if ph != "X" and ph != "i" and ph != "I":
-        return None
-    cat = event.get("cat")
-    if cat in LEGACY_CATEGORIES:
-        event["cat"] = LEGACY_CATEGORIES[cat]
-    return event
-
-
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
-
-def wall_ns(header: Header, ts: float) -> int:
-    """An event's ``ts`` (µs from the trace's base) as epoch ns."""
-    return header.base_ns + round(ts * 1000)
