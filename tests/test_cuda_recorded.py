@@ -15,7 +15,6 @@ import gzip
 import io
 import json
 import lzma
-from bisect import bisect_left
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, loaded_manager
+from tracecheck import launch_outcomes
 
 pytestmark = pytest.mark.torch_versions
 
@@ -243,20 +243,9 @@ def test_host_mark_only_on_operators_that_launched_nothing(exported):
     """aicpu's ``[host]``: a top-level operator under which no device work was launched,
     checked against the trace's launches inside each operator's span on its thread."""
     trace = exported["trace"]
-    launches: dict[int, list[float]] = defaultdict(list)
     linked = _launched(trace, in_steps=True)
-    for e in trace["traceEvents"]:
-        if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["args"]["correlation"] in linked:
-            launches[e["tid"]].append(e["ts"])
-    for times in launches.values():
-        times.sort()
     # per operator name: whether its calls launched device work (some did / some did not)
-    outcomes: dict[str, set[bool]] = defaultdict(set)
-    for e in trace["traceEvents"]:
-        if e.get("cat") == "cpu_op":
-            times = launches[e["tid"]]
-            at = bisect_left(times, e["ts"])
-            outcomes[e["name"]].add(at < len(times) and times[at] <= e["ts"] + e["dur"])
+    outcomes = launch_outcomes(trace, linked.__contains__)
     marked = unmarked = 0
     for index in (1, 2, 3):
         for r in _rows(exported, "aicpu", index):

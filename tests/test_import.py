@@ -14,7 +14,6 @@ import lzma
 import shutil
 import subprocess
 import sys
-from bisect import bisect_left
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, clean_env
+from tracecheck import launch_outcomes, union
 
 DATA = REPO / "tests" / "data"
 HTA = DATA / "hta"
@@ -203,19 +203,7 @@ def test_attribution_block_dim_and_flows(imported):
 def test_host_mark_only_on_operators_that_launched_nothing(imported):
     """aicpu's ``[host]``: an operator some call of which launched no device work, checked
     against the trace's own launches inside each call's span on its thread."""
-    trace = load(NCCL)
-    launches: dict[Any, list[float]] = defaultdict(list)
-    for e in trace["traceEvents"]:
-        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
-            launches[e["tid"]].append(e["ts"])
-    for times in launches.values():
-        times.sort()
-    outcomes: dict[str, set[bool]] = defaultdict(set)
-    for e in trace["traceEvents"]:
-        if e.get("cat") == "cpu_op":
-            times = launches[e["tid"]]
-            at = bisect_left(times, e["ts"])
-            outcomes[e["name"]].add(at < len(times) and times[at] <= e["ts"] + e["dur"])
+    outcomes = launch_outcomes(load(NCCL))
     marked = unmarked = 0
     for step in (4, 5, 6):
         for r in rows(imported["nccl"], "aicpu", 0, step):
@@ -243,17 +231,8 @@ def test_annotations_step_points_and_overlap(imported):
             overlap[e["name"]] += round(e["dur"] * 1000)
     assert set(overlap) == {"Computing", "Communication", "Communication(Not Overlapped)", "Free"}
     # busy time = the union of the step's device work, from the trace itself
-    spans = sorted((ns(trace, e["ts"]), ns(trace, e["ts"] + e["dur"]))
-                   for e in device_events_by_step(trace)[5])
-    union, end = 0, None
-    for s, e in spans:
-        if end is None or s > end:
-            union += e - s
-            end = e
-        elif e > end:
-            union += e - end
-            end = e
-    assert abs(overlap["Computing"] + overlap["Communication(Not Overlapped)"] - union) < 1000
+    busy = union((ns(trace, e["ts"]), ns(trace, e["ts"] + e["dur"])) for e in device_events_by_step(trace)[5])
+    assert abs(overlap["Computing"] + overlap["Communication(Not Overlapped)"] - busy) < 1000
     step = rows(prof, "step_trace", 0, 5)[0]
     assert float(step["FP Start(us)"]) < float(step["BP End(us)"]) < float(step["Iteration End(us)"])
 

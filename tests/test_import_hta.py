@@ -40,6 +40,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, clean_env
+from tracecheck import union
 
 DATA = REPO / "tests" / "data"
 HTA = DATA / "hta"
@@ -81,18 +82,6 @@ print(json.dumps(out))
     return {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
 
 
-def _union(spans: list[tuple[float, float]]) -> float:
-    total, end = 0.0, None
-    for s, e in sorted(spans):
-        if end is None or s > end:
-            total += e - s
-            end = e
-        elif e > end:
-            total += e - end
-            end = e
-    return total
-
-
 def _host_streams(path: Path) -> list[tuple[float, float]]:
     """The spans (epoch µs) of host events carrying a ``stream`` argument, which HTA counts as
     GPU kernels (trace_filter.py: any row with stream >= 0 and a correlation)."""
@@ -129,12 +118,12 @@ def _jobprof(prof: Path, rank: int, steps: list[int],
                     compute.append(span)
     busy = overlap["Computing"] + overlap["Communication(Not Overlapped)"]
     if hta_extra:
-        busy = _union(tasks + hta_extra)
+        busy = union(tasks + hta_extra)
         compute += hta_extra
         tasks += hta_extra
     span = max(e for _, e in tasks) - min(s for s, _ in tasks)
     communication = overlap["Communication"]
-    return {"busy": busy, "compute": _union(compute), "span": span, "idle": span - busy,
+    return {"busy": busy, "compute": union(compute), "span": span, "idle": span - busy,
             "communication": communication,
             "overlapped": communication - overlap["Communication(Not Overlapped)"]}
 
