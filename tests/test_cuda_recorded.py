@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, loaded_manager
-from tracecheck import launch_outcomes
+from tracecheck import check_host_marks, launch_outcomes
 
 pytestmark = pytest.mark.torch_versions
 
@@ -246,19 +246,9 @@ def test_host_mark_only_on_operators_that_launched_nothing(exported):
     linked = _launched(trace, in_steps=True)
     # per operator name: whether its calls launched device work (some did / some did not)
     outcomes = launch_outcomes(trace, linked.__contains__)
-    marked = unmarked = 0
-    for index in (1, 2, 3):
-        for r in _rows(exported, "aicpu", index):
-            name = r["Node"].removesuffix(" [host]")
-            assert outcomes[name], name
-            if r["Node"].endswith(" [host]"):
-                marked += 1
-                assert False in outcomes[name], name  # some call of it launched nothing
-            else:
-                unmarked += 1
-                assert True in outcomes[name], name
-    assert marked and unmarked
     rows = [r for i in (1, 2, 3) for r in _rows(exported, "aicpu", i)]
+    marked, unmarked = check_host_marks(rows, outcomes)
+    assert marked and unmarked
     assert not [r for r in rows
                 if r["Node"].startswith(("aten::linear", "aten::mm")) and r["Node"].endswith("[host]")]
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from conftest import REPO, clean_env
-from tracecheck import launch_outcomes, union
+from tracecheck import check_host_marks, launch_outcomes, union
 
 DATA = REPO / "tests" / "data"
 HTA = DATA / "hta"
@@ -203,17 +203,8 @@ def test_attribution_block_dim_and_flows(imported):
 def test_host_mark_only_on_operators_that_launched_nothing(imported):
     """aicpu's ``[host]``: an operator some call of which launched no device work, checked
     against the trace's own launches inside each call's span on its thread."""
-    outcomes = launch_outcomes(load(NCCL))
-    marked = unmarked = 0
-    for step in (4, 5, 6):
-        for r in rows(imported["nccl"], "aicpu", 0, step):
-            name = r["Node"].removesuffix(" [host]")
-            if r["Node"].endswith(" [host]"):
-                marked += 1
-                assert False in outcomes[name], name  # some call of it launched nothing
-            else:
-                unmarked += 1
-                assert True in outcomes[name], name
+    aicpu = [r for step in (4, 5, 6) for r in rows(imported["nccl"], "aicpu", 0, step)]
+    marked, unmarked = check_host_marks(aicpu, launch_outcomes(load(NCCL)))
     assert marked and unmarked
 
 

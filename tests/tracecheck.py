@@ -42,3 +42,19 @@ def launch_outcomes(trace: Mapping[str, Any],
             at = bisect_left(times, e["ts"])
             outcomes[e["name"]].add(at < len(times) and times[at] <= e["ts"] + e["dur"])
     return outcomes
+
+
+def check_host_marks(rows: Iterable[Mapping[str, str]], outcomes: Mapping[str, set[bool]]) -> tuple[int, int]:
+    """aicpu's rows against :func:`launch_outcomes`: a ``[host]`` operator had a call that
+    launched nothing, any other one a call that launched device work.  (marked, unmarked)."""
+    marked = unmarked = 0
+    for r in rows:
+        name = r["Node"].removesuffix(" [host]")
+        assert outcomes[name], name
+        if r["Node"].endswith(" [host]"):
+            marked += 1
+            assert False in outcomes[name], name  # some call of it launched nothing
+        else:
+            unmarked += 1
+            assert True in outcomes[name], name
+    return marked, unmarked
