@@ -8,9 +8,11 @@ import resource
 import socket
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 # Variables that change what jobprof (or the interpreter's start-up) does: the harness's own
@@ -70,6 +72,16 @@ def timed_run(cmd: Sequence[str], env: Mapping[str, str], cwd: str | None = None
     if proc.returncode != 0:
         raise HarnessError(f"{' '.join(cmd)!r} exited {proc.returncode}:\n{proc.stderr[-2000:]}")
     return Timed(wall, cpu, proc.stdout, proc.stderr)
+
+
+def wait_exporters(output: Path) -> None:
+    """Wait for the detached exporters of the profiles under ``output`` (the default ``export``,
+    background, leaves one after the job): untimed, so the next run never shares the CPU with
+    one.  ``jobprof export --wait`` also renders what one left."""
+    exe = Path(sys.executable).with_name("jobprof")
+    for prof in output.glob("PROF_*"):
+        if any(prof.glob("device_*")):
+            timed_run([str(exe), "export", "--wait", str(prof)], clean_env(), cwd=str(output))
 
 
 def quartiles(values: Sequence[float]) -> tuple[float, float, float]:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env, rotated, summary, table_row, timed_run
+from common import HarnessError, clean_env, rotated, summary, table_row, timed_run, wait_exporters
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_mlp.py"
@@ -46,8 +46,7 @@ def _env(mode: str | None, options: dict[str, Any], output: Path) -> dict[str, s
     if mode is None:
         return clean_env()
     return clean_env({"PROFILING_MODE": mode,
-                      "PROFILING_OPTIONS": json.dumps({"output": str(output), "export": "inline",
-                                                       **options})})
+                      "PROFILING_OPTIONS": json.dumps({"output": str(output), **options})})
 
 
 def _own_us(output: Path) -> float | None:
@@ -72,6 +71,7 @@ def run(rounds: int, steps: int = 200) -> dict[str, Any]:
                 timings = work / f"{tag}.json"
                 out = timed_run([sys.executable, str(EXAMPLE), *args, "--timings", str(timings)],
                                 _env(mode, options, output), cwd=str(work))
+                wait_exporters(output)  # the default export's exporter: done before the next run
                 if out.stderr.strip():
                     stderr.add(out.stderr.strip()[-500:])
                 step_s = json.loads(timings.read_text())[WARMUP_STEPS:]

@@ -3,7 +3,8 @@
     python bench/run.py [--quick] [--only NAME[,NAME...]] [--json out.json]
 
 NAME: startup steps tier hotpath dp mstx ddp hccl-cost optier optier-memory optier-vs-torch
-memory dynamic fusion-op export bigop analysis (optier-memory and fusion-op: full runs, or by name)
+memory dynamic steptier mechanisms fusion-op export bigop analysis import (optier-memory and
+fusion-op: full runs, or by name)
 
 Prints ratios and deltas with their spread; never asserts absolute times, and exits 0 whatever
 the figures are (it measures, CI does not gate on it).  Exit 2 means the harness itself could
@@ -33,12 +34,14 @@ import export_rate
 import fusion_op
 import hotpath
 import importing
+import mechanisms
 import memory
 import mstx
 import optier
 import optier_vs_torch
 import startup  # bench/ is sys.path[0] when run as a script
 import steps
+import steptier
 from tabulate import tabulate
 
 from common import HarnessError, cpu_snapshot, foreign_share
@@ -71,7 +74,8 @@ def measured() -> Iterator[dict[str, Any]]:
 
 
 NAMES = ("startup", "steps", "tier", "hotpath", "dp", "mstx", "ddp", "hccl-cost", "optier", "optier-memory",
-         "optier-vs-torch", "memory", "dynamic", "fusion-op", "export", "analysis", "bigop", "import")
+         "optier-vs-torch", "memory", "dynamic", "steptier", "mechanisms", "fusion-op", "export", "analysis",
+         "bigop", "import")
 
 
 def _names(text: str) -> frozenset[str]:
@@ -115,6 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-rounds", type=int, help="memory rounds of 7 arms (default 3, quick 1)")
     parser.add_argument("--memory-steps", type=int, help="memory steps per run (default 60, quick 30)")
     parser.add_argument("--dynamic-rounds", type=int, help="dynamic rounds of 5 arms (default 3, quick 1)")
+    parser.add_argument("--steptier-rounds", type=int, help="steptier rounds of 6 arms on the transformer "
+                                                            "(default 6, quick 2)")
+    parser.add_argument("--steptier-steps", type=int, default=150,
+                        help="steptier steps per run (default 150)")
     parser.add_argument("--ovt-steps", type=int, help="optier-vs-torch steps per run (default 60, quick 30)")
     parser.add_argument("--optier-metrics", action="store_true",
                         help="optier: also jobprof with aic_metrics PipeUtilization vs torch.profiler "
@@ -122,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--export-iterations", type=int,
                         help="iterations of the profile export re-renders (default 100, quick 20; "
                         "quick leaves out the aic_metrics case)")
-    parser.add_argument("--bigop-rounds", type=int, help="bigop rounds of 3 arms (default 3, quick 1)")
+    parser.add_argument("--bigop-rounds", type=int, help="bigop rounds of 4 arms (default 3, quick 1)")
     parser.add_argument("--bigop-operators", type=int, default=200_000,
                         help="bigop: operators in the big iteration (default 200000)")
     parser.add_argument("--import-rounds", type=int, help="import: rounds of its arms (default 3, quick 1)")
@@ -230,6 +238,18 @@ def main(argv: list[str] | None = None) -> int:
             report["dynamic"] = result
             table += dynamic.rows(result)
             notes += [f"dynamic: stderr: {s}" for s in result["stderr"]]
+        if args.only is None or "steptier" in args.only:
+            with measured() as result:
+                result.update(steptier.run(args.steptier_rounds or (2 if args.quick else 6),
+                                           args.steptier_steps))
+            report["steptier"] = result
+            table += steptier.rows(result)
+            notes += [f"steptier: stderr: {s}" for s in result["stderr"]]
+        if args.only is None or "mechanisms" in args.only:
+            with measured() as result:
+                result.update(mechanisms.run(reps=5 if args.quick else 15))
+            report["mechanisms"] = result
+            table += mechanisms.rows(result)
         # 4 arms each compiling cold (2.5 minutes even quick): full runs only, or by name
         if (args.only is None and not args.quick) or "fusion-op" in (args.only or ()):
             with measured() as result:
@@ -275,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: harness failure: {exc}", file=sys.stderr)
         return 2
     for name in ("startup", "steps", "tier", "dp", "mstx", "ddp", "hccl-cost", "hotpath", "hotpath_tier",
-                 "optier", "optier-memory", "memory", "fusion-op", "export", "bigop", "analysis"):
+                 "optier", "optier-memory", "memory", "steptier", "mechanisms", "fusion-op", "export",
+                 "bigop", "analysis"):
         share = report.get(name, {}).get("foreign_cpu_share")
         if share is not None:
             # interleaving cancels slow drift, not a machine kept busy by other work

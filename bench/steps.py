@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env, summary, timed_run
+from common import HarnessError, clean_env, summary, timed_run, wait_exporters
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "train_mlp.py"
@@ -31,8 +31,7 @@ TIER_OPTIONS = {"training_trace": "on", "task_trace": "off", "dp": "on", "msprof
 
 def profiling_env(output: Path, options: dict[str, str]) -> dict[str, str]:
     return clean_env({"PROFILING_MODE": "true",
-                      "PROFILING_OPTIONS": json.dumps({"output": str(output), "export": "inline",
-                                                       **options})})
+                      "PROFILING_OPTIONS": json.dumps({"output": str(output), **options})})
 
 
 def _one_run(work: Path, tag: str, env: dict[str, str], args: list[str]) -> dict[str, Any]:
@@ -77,6 +76,7 @@ def run(repeats: int, steps: int = STEPS, workers: int = 2,
             pair: dict[str, Any] = {"order": [name for name, _ in arms]}
             for name, env in arms:
                 pair[name] = _one_run(work, f"{name}{i}", env, args)
+                wait_exporters(output)  # the default export's exporter: done before the next run
             files = _profiled_files(output)
             wanted = "step_trace_csv" if opts.get("training_trace") == "on" else "raw_iterations"
             if not files["prof_dirs"] or files[wanted] == 0:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 from decimal import Decimal
 from pathlib import Path
@@ -47,8 +50,22 @@ def clean_env(**extra: str) -> dict[str, str]:
     # the suite keeps both cores busy: a background exporter at nice 19 (its default) would get
     # almost no CPU while a test waits for its files
     env["JOBPROF_EXPORTER_NICE"] = "0"
+    env["JOBPROF_CACHE_DIR"] = calibration_cache()
     env.update(extra)
     return env
+
+
+_CACHE: list[str] = []
+
+
+def calibration_cache() -> str:
+    """The calibration cache folder of this test process's jobs (jobprof.ops.calcache), never the
+    user's ``~/.cache/jobprof``: nothing is left behind and no earlier run decides whether a job
+    measures; removed at exit."""
+    if not _CACHE:
+        _CACHE.append(tempfile.mkdtemp(prefix="jobprof-cache-"))
+        atexit.register(shutil.rmtree, _CACHE[0], True)
+    return _CACHE[0]
 
 
 def wait_rendered(output: Path, timeout: float = 120) -> None:

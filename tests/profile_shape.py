@@ -32,8 +32,10 @@ Masking rules (everything else is kept verbatim):
    markers (the size of a file holding masked values) and the ``options.output`` path: the whole value becomes
    ``"<masked>"`` (a dict or list keeps its keys / length).  In info.json's ``calibration``
    block (machine speed: peaks, bandwidth, the matmul size it grew to, buffer sizes from the
-   cache size) every number is masked, its texts are kept; ``version`` strings are kept
-   (``"1.0"`` is no time).
+   cache size) every number is masked, its texts are kept, except where the peaks came from
+   (``source``, ``cache_file``, ``measured_at``, ``cache_note``, ``other_cpu_share``: measured
+   now or read from the calibration cache, which depends on the runs before): masked whole;
+   ``version`` strings are kept (``"1.0"`` is no time).
    3b. Races (``_RACE_KEY``): values that record which of two concurrent things happened first,
    found different between runs of the same job: hccl's ``end from`` / raw ``end_from``
    (``completion`` vs ``backward end``: did DDP's bucket finish before backward ended) and
@@ -126,7 +128,7 @@ class _Ctx:
 
     def value(self, value, key: str | None = None):
         if key == "calibration":
-            return _numbers_masked(value)
+            return _calibration_masked(value)
         if key == "version" and isinstance(value, str):
             return value
         if key is not None and _RACE_KEY.match(key):
@@ -150,6 +152,16 @@ class _Ctx:
         if isinstance(value, dict):
             return {k: self.value(v, k) for k, v in value.items()}
         return value
+
+
+#: the calibration's provenance (jobprof.ops.calcache): which depends on earlier runs
+_CALIBRATION_SOURCE = ("source", "cache_file", "measured_at", "cache_note", "other_cpu_share")
+
+
+def _calibration_masked(value):
+    if not isinstance(value, dict):
+        return _numbers_masked(value)
+    return {k: MASK if k in _CALIBRATION_SOURCE else _numbers_masked(v) for k, v in value.items()}
 
 
 def _numbers_masked(value):

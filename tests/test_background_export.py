@@ -104,7 +104,9 @@ def test_the_job_exits_while_its_exporter_renders_the_rest(tmp_path: Path, inlin
         trained = float(proc.stdout.split()[1])
         print(f"exit after the job's end: {job_end - trained:.2f} s")
         first, last = hand["iterations"][0][0], hand["iterations"][-1][1]
-        assert last == STEPS and first > 1, hand  # the job rendered some first, in order
+        # every iteration is the exporter's: nothing is rendered in the job while it trains,
+        # and no operator window after its last step
+        assert [first, last] == [1, STEPS] and len(hand["iterations"]) == 1, hand
         assert info(device)["unrendered"] == hand["iterations"]
         # the exporter: detached (its own session), lowest priority, never profiled itself
         stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -161,3 +163,65 @@ def test_export_off_renders_nothing_in_the_job(tmp_path: Path, inline: Path) -> 
     assert timelines(device) == timelines(inline) and summaries(device) == summaries(inline)
     again = jobprof_cli("export", "--wait", str(device.parent))
     assert "every iteration with raw data is rendered" in again.stdout, again.stdout
+
+
+#: issue 47's case, smaller: an iteration of many tiny operators between two optimizer steps
+HUGE = """
+import sys, time, torch
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+t = torch.zeros(4)
+for step in range(3):
+    model(torch.randn(2, 4)).sum().backward()
+    if step == 1:
+        for _ in range(int(sys.argv[1])):
+            t = t + 1
+    opt.step()
+    opt.zero_grad()
+print(float(t[0]), flush=True)
+"""
+
+
+def test_a_huge_iteration_is_left_to_the_exporter_not_rendered_at_exit(tmp_path: Path) -> None:
+    """Before (issue 47 item 1): one iteration of 200k operators held the job's exit for over
+    a minute, its operator window decoded and rendered in the job's process after its last step.
+    Now no window is decoded there after it: the hand-over names every iteration with
+    operators, the huge one too, and a window saved at the end is left as Kineto wrote it until
+    the exporter compresses it."""
+    operators = 30_000  # a window of ~3 MB compressed: over what the job decodes itself
+    (tmp_path / "job.py").write_text(HUGE)
+    plain = subprocess.run([sys.executable, "job.py", str(operators)], cwd=tmp_path, env=clean_env(),
+                           capture_output=True, text=True, timeout=300)
+    out = tmp_path / "prof"
+    env = clean_env(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps({"output": str(out), **OPTIONS,
+                                                                          "task_trace": "on"}),
+                    JOBPROF_EXPORTER_NICE="")
+    job = subprocess.Popen([sys.executable, "job.py", str(operators)], cwd=tmp_path, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = None
+    while job.poll() is None and pid is None:  # the exporter stopped as soon as it exists
+        found = list(out.glob("PROF_*/device_0/data/exporter.json"))
+        if found and found[0].stat().st_size:
+            pid = json.loads(found[0].read_text())["pid"]
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.005)
+    stdout, stderr = job.communicate(timeout=300)
+    assert job.returncode == plain.returncode == 0 and stdout == plain.stdout, stderr
+    (device,) = out.glob("PROF_*/device_0")
+    hand = handed(device)
+    pid = pid or hand["pid"]
+    try:
+        assert [2, 2] in hand["iterations"] or any(a <= 2 <= b for a, b in hand["iterations"]), hand
+        assert hand["iterations"][-1][1] == 3, hand  # the last one's window: read after the last step
+        assert not list((device / "timeline").glob("msprof_*_2.json")), "rendered in the job"
+        assert info(device)["unrendered"] == hand["iterations"]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    waited = jobprof_cli("export", "--wait", str(device.parent))
+    assert waited.returncode == 0, waited.stderr
+    assert info(device)["unrendered"] == []
+    assert {f"msprof_0_4294967295_{i}.json" for i in (1, 2, 3)} <= timelines(device), timelines(device)
+    with (device / "summary" / "op_summary_0_4294967295_2.csv").open() as rows:
+        assert sum(1 for _ in rows) > operators  # every operator of the huge one
+    windows = sorted(p.name for p in (device / "data" / "kineto").iterdir())
+    assert windows and all(n.endswith(".json.gz") for n in windows), windows  # compressed since

@@ -159,7 +159,9 @@ def as_nobody(argv: list[str]) -> tuple[int, str]:
             os.close(read)
             os.dup2(write, 2)
             sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115 (pytest's capture object, else)
-            from jobprof.cli.main import main  # before: nobody cannot read this checkout
+            from jobprof.cli.main import commands, main
+
+            commands()  # imported before: nobody cannot read this checkout (nor, in CI, the stdlib)
 
             os.setgid(65534)
             os.setuid(65534)
@@ -210,7 +212,7 @@ def test_a_second_capture_takes_other_options(alone):
 def test_a_start_while_a_capture_runs_is_refused_and_stop_ends_it(alone):
     assert alone["long"].returncode == 0, alone["long"].stderr
     refused = alone["refused"]
-    assert refused.returncode == 2 and "refused: capture 4 is" in refused.stderr, refused.stderr
+    assert refused.returncode == 3 and "refused: capture 4 is running" in refused.stderr, refused.stderr
     assert alone["stop"].returncode == 0, alone["stop"].stderr
     stopped = [c for c in captures(alone["job"].out) if capture_info(c)["capture"]["asked"][1] > 99999]
     assert len(stopped) == 1
@@ -312,6 +314,119 @@ def test_every_rank_captures_the_same_iterations(ranks4):
 
 def test_four_ranks_profiled_dynamically_train_as_unprofiled(ranks4):
     unprofiled_same(ranks4["tmp"], ranks4["stdout"], ranks=4, sleep_ms=0, ddp=1)
+
+
+# -- two starts at once --------------------------------------------------------------------------
+def race(job: Job, *args: str) -> list[subprocess.CompletedProcess]:
+    """Two ``jobprof start`` commands run at the same moment against ``job``."""
+    cmd = [str(Path(sys.executable).with_name("jobprof")), "start", "--job", str(job.out), *args]
+    procs = [subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    done = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        done.append(subprocess.CompletedProcess(cmd, proc.returncode, out, err))
+    return done
+
+
+def one_won(done: list[subprocess.CompletedProcess]) -> tuple[int, Path, dict[str, tuple[int, int]], range]:
+    """Exactly one of two racing starts captured (exit 0) and the other was refused (exit 3),
+    naming the running capture and no folder; no line says 'not captured'.  The winner's
+    capture number, its folder, its per-process lines {who: (first, last)} and the asked range."""
+    said = [(d.returncode, d.stdout, d.stderr) for d in done]
+    assert sorted(d.returncode for d in done) == [0, 3], said
+    won, lost = sorted(done, key=lambda d: d.returncode)
+    assert all("not captured" not in d.stdout + d.stderr for d in done), said
+    head = re.search(r"^capture (\d+): iterations (\d+)-(\d+) of PROF_\S+ \((\d+) of (\d+) process\(es\)\) "
+                     r"into (\S+)$", won.stdout, re.M)
+    assert head and head[4] == head[5], said
+    number, folder = int(head[1]), Path(head[6])
+    assert f"refused: capture {number} is running" in lost.stderr, said
+    assert lost.stdout == "" and "PROF_" not in lost.stderr, said  # no folder that will not exist
+    lines = {m[1]: (int(m[2]), int(m[3]))
+             for m in re.finditer(r"^  (rank \d+|process \d+): iterations (\d+)-(\d+)(?: \(.*\))?$",
+                                  won.stdout, re.M)}
+    return number, folder, lines, range(int(head[2]), int(head[3]) + 1)
+
+
+def idle_after(job: Job, number: int, ranks: int = 1, timeout: float = 60) -> None:
+    """Until every process has finished capture ``number`` (``jobprof start`` without --wait)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = job.status()
+        if len(states) == ranks and all(
+                any(c["id"] == number and c["state"] == "finished" for c in s["captures"])
+                and not s["finishing"] for s in states):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"capture {number} did not finish: {job.status()}")
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["wait", "no-wait"])
+def test_of_two_starts_at_once_one_captures_and_the_other_is_refused(tmp_path, wait):
+    # 20 iterations of ~11 ms: the capture outlasts the two commands' start-up jitter (a start
+    # that comes after the capture has ended may capture too, rightly)
+    job = Job(tmp_path, {"training_trace": "on", "task_trace": "on", "export": "inline"}, sleep_ms=10)
+    try:
+        job.wait_for(5)
+        for _ in range(3 if wait else 2):
+            before = set(captures(job.out))
+            number, folder, lines, asked = one_won(race(job, "--iterations", "20", *(["--wait"] * wait)))
+            if not wait:
+                assert not lines
+                idle_after(job, number)
+            assert set(captures(job.out)) - before == {folder}  # the refused one made none
+            its = iterations_of(folder)
+            if wait:  # the captured iterations, as the job's line said
+                [(first, last)] = lines.values()
+                assert its == list(range(first, last + 1)) and len(its) == 20, (its, lines)
+            else:  # from the asked first iteration (or a little later: the job's note says so)
+                assert len(its) == 20 and its[0] >= asked[0], (its, asked)
+            assert capture_info(folder)["capture"]["id"] == number
+    finally:
+        job.proc.kill()
+        job.proc.communicate()
+
+
+def test_of_two_starts_at_once_on_two_ranks_each_rank_says_what_it_captured(tmp_path):
+    job = Job(tmp_path, {"training_trace": "on", "task_trace": "on", "export": "inline"}, ranks=2,
+              sleep_ms=10)
+    try:
+        job.wait_for(5, ranks=2)
+        number, folder, lines, asked = one_won(race(job, "--iterations", "20", "--wait"))
+        assert sorted(lines) == ["rank 0", "rank 1"] and set(lines.values()) == {(asked[0], asked[-1])}, lines
+        assert [iterations_of(folder, d) for d in range(2)] == [list(asked)] * 2
+        number, folder, lines, asked = one_won(race(job, "--iterations", "20"))  # no --wait: acknowledged
+        idle_after(job, number, ranks=2)
+        assert [iterations_of(folder, d) for d in range(2)] == [list(asked)] * 2
+    finally:
+        job.proc.terminate()  # torchrun ends its ranks
+        job.proc.communicate()
+
+
+def test_a_start_that_waits_says_so_when_the_job_is_killed_during_its_capture(tmp_path):
+    """Before: `jobprof start --wait` on a job SIGKILLed mid-capture waited for an hour."""
+    job = Job(tmp_path, {"training_trace": "on", "task_trace": "on", "export": "inline"}, sleep_ms=10)
+    try:
+        job.wait_for(5)
+        cmd = [str(Path(sys.executable).with_name("jobprof")), "start", "--job", str(job.out),
+               "--iterations", "100000", "--wait"]
+        start = subprocess.Popen(cmd, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True)
+        deadline = time.monotonic() + 60
+        while not any(s.get("capture") for s in job.status()):
+            assert time.monotonic() < deadline and start.poll() is None, start.communicate()
+            time.sleep(0.1)
+        job.proc.kill()
+        job.proc.communicate()
+        out, err = start.communicate(timeout=30)  # not an hour
+        assert start.returncode == 1, (out, err)
+        assert f"(pid {job.proc.pid}) died during the capture" in out, (out, err)
+        assert "`jobprof export` renders what it wrote" in out
+    finally:
+        if job.proc.poll() is None:
+            job.proc.kill()
+            job.proc.communicate()
 
 
 # -- triggers ------------------------------------------------------------------------------------
@@ -437,3 +552,41 @@ def test_a_request_file_is_trusted_only_as_the_job_wrote_it(tmp_path):
         control.check_folder(made)
     with pytest.raises(ValueError, match="positive"):
         control.Request.from_json({"id": 1, "at": 0, "iterations": 5, "prof_dir": "x"})
+
+
+FILE_WORK = """
+import threading, time, torch
+from collections import Counter
+from jobprof.files import control
+seen = Counter()
+for name in ("entries", "publish"):
+    def counted(*args, _original=getattr(control, name), _name=name, **kwargs):
+        seen[_name, threading.current_thread().name] += 1
+        return _original(*args, **kwargs)
+    setattr(control, name, counted)
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+end = time.monotonic() + 2.0
+while time.monotonic() < end:
+    opt.zero_grad(); model(torch.ones(2, 4)).sum().backward(); opt.step(); time.sleep(0.005)
+print(dict((f"{k[0]} {k[1]}", v) for k, v in seen.items()))
+"""
+
+
+def test_the_training_thread_leaves_the_control_folder_to_its_own_thread(tmp_path):
+    # issue 48: listing the folder every 0.1 s and writing the status every second cost 0.4-0.7
+    # ms of a 37 ms step on the training thread; they run on the controller's own thread now,
+    # and the training thread reads the folder only when a request waits there
+    (tmp_path / "job.py").write_text(FILE_WORK)
+    env = clean_env(PROFILING_MODE="dynamic", OMP_NUM_THREADS="1",
+                    PROFILING_OPTIONS=json.dumps({"output": str(tmp_path / "prof"), "training_trace": "on"}))
+    done = subprocess.run([sys.executable, str(tmp_path / "job.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 (the job's own dict)
+    # MainThread: the first poll (it makes the folder); jobprof-control: ~20 listings in 2 s
+    assert seen.get("entries MainThread", 0) <= 1 and seen.get("entries jobprof-control", 0) >= 10, seen
+    # the statuses while it trains are that thread's (the last one, as the job ends, is not)
+    assert seen.get("publish jobprof-control", 0) >= 1 and seen.get("publish MainThread", 0) <= 1, seen
+    states = json.loads(jobprof_cli("status", "--json", "--job", str(tmp_path / "prof")).stdout)["ranks"]
+    assert len(states) == 1 and states[0]["ended"] == "exit" and states[0]["iteration"] > 50, states

@@ -8,15 +8,20 @@ umask 000; ``"output": "~/x"``; three jobs started at once.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import stat
+import struct
 import subprocess
 import sys
+import termios
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -576,28 +581,224 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_an_interrupted_summary_ends_its_workers(profile: Path, tmp_path: Path, sig: int) -> None:
-    """Before (issue 29 item 10): Ctrl-C did not stop `summary` on a large folder, and after a
-    SIGTERM its workers ran on with PPID 1."""
-    prof = _many_real_devices(profile, tmp_path, 400)
+@pytest.fixture(scope="module")
+def many_devices(profile: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """400 ranks, shared by the tests that only read them (`summary` changes nothing)."""
+    return _many_real_devices(profile, tmp_path_factory.mktemp("many_devices"), 400)
+
+
+def _tiny_pipe() -> tuple[int, int, int]:
+    """A pipe at its smallest (a page): a command writing more than that to it blocks until the
+    test reads, so it cannot finish before the test lets it.  Its read end, write end and size."""
+    read, write = os.pipe()
+    return read, write, fcntl.fcntl(write, fcntl.F_SETPIPE_SZ, 4096)
+
+
+def _unread(fd: int) -> int:
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0])
+
+
+def _status(pid: int, field: str) -> str:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.startswith(f"{field}:")), "")
+
+
+def _pool_workers(pid: int) -> set[int]:
+    """The command's pool workers (its other child, multiprocessing's resource tracker, is not one)."""
+    found = set()
+    for child in _children(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.add(child)
+        except OSError:
+            continue
+    return found
+
+
+def _starting(worker: int) -> bool:
+    """A worker that does not ignore SIGINT yet: its initializer has not run (it is starting)."""
+    ignored = _status(worker, "SigIgn")
+    return bool(ignored) and not int(ignored, 16) & (1 << (signal.SIGINT - 1))
+
+
+def _reducing(worker: int, prof: Path) -> bool:
+    """A worker with a file of the profile open: it is reducing a rank."""
+    try:
+        fds = os.listdir(f"/proc/{worker}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{worker}/fd/{fd}").startswith(f"{prof}/"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _alive(pids: set[int]) -> list[int]:
+    """Those of ``pids`` still running (not gone, not a zombie)."""
+    alive = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.append(pid)
+    return alive
+
+
+#: Python's import-time line of a module of jobprof's commands: main() is importing them
+_COMMAND_IMPORT = re.compile(r"^import time:.*\|\s*jobprof\.(?!cli$|cli\.main$)[\w.]+$", re.MULTILINE)
+#: the modules of the commands (jobprof.cli.main.commands())
+_COMMAND_MODULES = ("check", "control", "diff", "export", "importer", "kineto", "merge", "plugins", "report",
+                    "summary")
+
+
+def _interrupt(prof: Path, phase: str, sig: int = signal.SIGINT,
+               group: bool = False) -> tuple[int, str, set[int]]:
+    """Run `jobprof summary --json --jobs 2` on ``prof``, send ``sig`` once it is seen in ``phase``
+    (to its process group with ``group``: a terminal's Ctrl-C), and return its exit status,
+    stderr and the workers it had.  Its stdout and stderr are pipes the test reads only after the
+    signal, stdout at its smallest (a page): the JSON of 400 ranks (about 1 MB) cannot all be
+    written before, so the command cannot have finished before the signal, whatever the
+    machine's speed.
+
+    - importing: Python's import-time lines on (PYTHONPROFILEIMPORTTIME) and stderr at its
+      smallest: the test reads it until the first of jobprof's modules the commands import (not
+      ``jobprof``, ``jobprof.cli``, ``jobprof.cli.main``), then reads no more: the imports left
+      write more lines than the pipe holds, so the command cannot get past them;
+    - reading: stderr at its smallest too, and the first of the 400 warnings about the ranks'
+      facts files (the caller made them FIFOs; about 90 kB in all) is in it, and no child
+      process exists: the command reads the profile, no worker exists, and none can before the
+      test reads stderr;
+    - starting workers: a worker exists that does not ignore SIGINT yet (it is importing, its
+      initializer has not run);
+    - reducing: a worker has a file of the profile open;
+    - writing: the JSON has begun (stdout holds some), the workers are gone.
+    """
     exe = Path(sys.executable).with_name("jobprof")
-    proc = subprocess.Popen([str(exe), "summary", "--jobs", "2", str(prof)], env=clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while len(workers := _children(proc.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert len(workers) >= 2, "the workers never started"
-    time.sleep(1)  # they are reducing ranks now
-    assert proc.poll() is None, "summary ended before it could be interrupted"
-    proc.send_signal(sig)
-    _out, err = proc.communicate(timeout=30)
-    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGTERM), (proc.returncode, err)
-    if sig == signal.SIGINT:
-        assert "interrupted" in err and "Traceback" not in err, err
+    out_r, out_w, out_size = _tiny_pipe()
+    assert out_size <= 1 << 16, out_size  # a page, 64 KiB at most: far less than the JSON
+    err_r, err_w = _tiny_pipe()[:2] if phase in ("importing", "reading") else os.pipe()
+    env = clean_env(PYTHONPROFILEIMPORTTIME="1") if phase == "importing" else clean_env()
+    proc = subprocess.Popen([str(exe), "summary", "--json", "--jobs", "2", str(prof)], env=env,
+                            stdout=out_w, stderr=err_w, start_new_session=group)
+    os.close(out_w)
+    os.close(err_w)
+    seen: set[int] = set()
+    early = b""  # what the test read of stderr before the signal
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"summary ended before the phase {phase!r} was seen"
+            assert time.monotonic() < deadline, f"the phase {phase!r} was never seen"
+            workers = _pool_workers(proc.pid)
+            seen |= workers
+            if phase == "importing" and _unread(err_r):
+                early += os.read(err_r, 1 << 16)
+                whole = early[:early.rfind(b"\n") + 1]  # not a line cut by the read
+                if _COMMAND_IMPORT.search(whole.decode(errors="replace")):
+                    break
+                continue
+            if phase == "reading" and _unread(err_r) and not _children(proc.pid):
+                break
+            if phase == "starting workers" and any(_starting(w) for w in workers):
+                break
+            if phase == "reducing" and any(_reducing(w, prof) for w in workers):
+                break
+            if phase == "writing" and _unread(out_r) and seen and not _alive(workers):
+                break
+            time.sleep(0.002)
+        if group:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
+        streams: dict[int, bytes] = {}
+        readers = [threading.Thread(target=lambda fd=fd: streams.__setitem__(fd, _read_all(fd)))
+                   for fd in (out_r, err_r)]
+        for reader in readers:
+            reader.start()
+        while proc.poll() is None and time.monotonic() < deadline + 30:
+            seen |= _pool_workers(proc.pid)
+            time.sleep(0.01)
+        proc.wait(timeout=30)
+        for reader in readers:
+            reader.join(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(out_r)
+        os.close(err_r)
     deadline = time.monotonic() + 10
-    while (alive := [w for w in workers if Path(f"/proc/{w}").exists()
-                     and "Z" not in Path(f"/proc/{w}/stat").read_text().rsplit(")", 1)[1].split()[:1]]) \
-            and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive, f"workers still running after the command ended: {alive}"
+    while _alive(seen) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(seen), f"workers still running after the command ended: {_alive(seen)}"
+    return proc.returncode, (early + streams.get(err_r, b"")).decode(errors="replace"), seen
+
+
+def _read_all(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _interrupted(code: int, err: str, said: str = "jobprof summary: interrupted") -> None:
+    """Exit status 130, ``said`` as stderr's last line (Python's import-time lines aside), no
+    traceback."""
+    lines = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert code == 130, (code, err[-3000:])
+    assert lines and lines[-1] == said, err[-3000:]
+    assert "Traceback" not in err and "Error" not in err, err[-3000:]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_summary_ends_its_workers(many_devices: Path, sig: int) -> None:
+    """Before (issue 29 item 10): Ctrl-C did not stop `summary` on a large folder, and after a
+    SIGTERM its workers ran on with PPID 1.  Issue 47 item 4: this test slept 1 s after the
+    workers appeared and could signal a command whose output was already written (exiting 0);
+    now the signal goes while a worker reduces a rank, and the output cannot be whole by then."""
+    code, err, workers = _interrupt(many_devices, "reducing", sig)
+    assert len(workers) == 2, workers
+    if sig == signal.SIGINT:
+        _interrupted(code, err)
+    else:
+        assert code == -signal.SIGTERM, (code, err[-3000:])
+
+
+@pytest.mark.parametrize(("phase", "group"), [("importing", False), ("reading", False),
+                                              ("starting workers", False), ("starting workers", True),
+                                              ("reducing", True), ("writing", False)])
+def test_ctrl_c_ends_summary_in_every_phase(many_devices: Path, tmp_path: Path, phase: str,
+                                            group: bool) -> None:
+    """Issue 47 item 4: Ctrl-C ends `summary --jobs 2` with 130, one "interrupted" line and no
+    worker left, in each phase the test can see from outside (:func:`_interrupt`).  ``group``:
+    sent to the command's process group, as a terminal sends it (its workers get it too).
+    Before: during the commands' imports (about half a second) it was a KeyboardInterrupt
+    traceback and a death by SIGINT; a worker that got it while starting printed a traceback,
+    and so did one spawned as the command was interrupted; an interrupted pool could leave an
+    ``OSError: [Errno 9] Bad file descriptor`` traceback from CPython's exit hook."""
+    prof = many_devices
+    if phase == "reading":  # a warning for each rank before any worker, and a rank each to reduce
+        prof = tmp_path / many_devices.name  # linked, not copied: the FIFOs are new names
+        shutil.copytree(many_devices, prof, symlinks=True, copy_function=os.link)
+        for device in range(400):
+            facts_file = prof / f"device_{device}" / "data" / f"facts.{device}.json"
+            assert not facts_file.exists()
+            os.mkfifo(facts_file)
+    code, err, workers = _interrupt(prof, phase, group=group)
+    if phase == "importing":  # before the arguments were read: no command named yet
+        _interrupted(code, err, "jobprof: interrupted")
+        imported = {m for m in _COMMAND_MODULES if re.search(rf"\| +jobprof\.cli\.{m}$", err, re.MULTILINE)}
+        assert set(_COMMAND_MODULES) - imported, "the commands were all imported before the signal"
+    else:
+        _interrupted(code, err)
+    if phase in ("importing", "reading"):
+        assert not workers, workers

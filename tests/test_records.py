@@ -109,8 +109,10 @@ def _lines(device: Path) -> list[bytes]:
 
 
 def _encode(index: int, streams: dict[str, list[Any]]) -> bytes:
-    """An iteration line as jobprof.files.rawstore.RawWriter encodes it."""
-    return f'{{"index":{index},"streams":{json.dumps(streams, separators=(",", ":"))}}}\n'.encode()
+    """An iteration line as jobprof.files.rawstore.RawWriter encodes it (orjson)."""
+    import orjson
+
+    return b'{"index":%d,"streams":%b}\n' % (index, orjson.dumps(streams))
 
 
 def _typed(stream: str, raw: Any) -> Any:
@@ -309,3 +311,22 @@ def test_recorder_hot_path_literals_equal_to_raw() -> None:
     assert any("si" in r for r in later)
     for r in records:
         assert json.dumps(TxRecord.from_raw(r).to_raw()) == json.dumps(r)
+
+
+def test_raw_lines_hold_what_orjson_refuses_as_json_dumps_writes_it(tmp_path: Path) -> None:
+    """The writer encodes with orjson (issue 48: 47 -> 14 us a line on the sink thread) and falls
+    back to json.dumps for what orjson refuses: an int beyond 64 bits, a key that is not a str,
+    a lone surrogate; a NaN becomes null (no value).  Every line reads back."""
+    from jobprof.files import rawstore
+
+    device = tmp_path / "device_0"
+    (device / "data").mkdir(parents=True)
+    writer = rawstore.RawWriter(device)
+    cases = {1: {"s": [{"big": 2**70}]}, 2: {"s": [{"k": {1: "one"}}]}, 3: {"s": [{"v": "\udcff"}]},
+             4: {"s": [{"v": float("nan"), "w": "é"}]}, 5: {"s": [[1, 2], {"a": None}]}}
+    writer.append_many(list(cases.items()))
+    writer.close()
+    back = dict(rawstore.read(device))
+    assert back[1]["s"] == [{"big": 2**70}] and back[2]["s"] == [{"k": {"1": "one"}}], back
+    assert back[3]["s"] == [{"v": "\udcff"}] and back[4]["s"] == [{"v": None, "w": "é"}], back
+    assert back[5] == cases[5], back

@@ -49,6 +49,16 @@ is still the old version's):
   operator type for summary/report): the facts files name it among the plugins asked, and the
   mlp case, where PipeUtilization is on, among those that answered.
 
+- issue 47 (a huge iteration must not hold the exit): with the default export a job's operator
+  windows are decoded by its background exporter, not at its exit, and how many its own thread
+  rendered before depends on timing; so the mlp case sets ``export`` ``inline`` (the effective
+  option in info.json reads ``inline``, and ``explicit`` names ``export``): every file is
+  rendered in the job, as before.
+- issue 48 (the calibration cached per machine): info.json's ``calibration`` gains where its
+  peaks came from (``source``, ``cache_file``, ``measured_at``, ``cache_note``,
+  ``other_cpu_share``), masked whole by rule 3 (a run measures or reads the cache by what
+  ran before it).
+
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of
   the workers' dp events is a race), with training_trace, task_trace, aicpu, aic_metrics
@@ -73,7 +83,8 @@ DATA = Path(__file__).resolve().parent / "data"
 CASES = {
     "mlp": {
         "options": {"training_trace": "on", "task_trace": "on", "aicpu": "on",
-                    "aic_metrics": "PipeUtilization", "msproftx": "on", "l2": "on", "dp": "on"},
+                    "aic_metrics": "PipeUtilization", "msproftx": "on", "l2": "on", "dp": "on",
+                    "export": "inline"},
         "script": "train_mlp.py", "args": ["--steps", "3", "--workers", "0"], "ranks": 0,
     },
     "ddp": {

@@ -26,16 +26,15 @@ Whatever the engine, a device's facts are the same JSON, so the model a command 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
-import signal
-import sys
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from jobprof.analysis import breakdown
+from jobprof.analysis import breakdown, workers
 from jobprof.analysis.profile import Facts, Profile
 from jobprof.analysis.selection import Selection, runs
 from jobprof.analysis.stats import describe
@@ -406,42 +405,35 @@ def _task(prof_dir: str, device: int, iterations: tuple[int, int] | None, disabl
 
 
 def _local(tasks: list[Task], jobs: int,
-           progress: Progress) -> Iterator[Facts]:
+           progress: Progress) -> Generator[Facts, None, None]:
     # imported here: concurrent.futures registers an atexit hook, refused during the job's exit
     from concurrent.futures import ProcessPoolExecutor
-    from multiprocessing import get_context
+    from multiprocessing import get_context, resource_tracker
 
-    # spawn: a fresh interpreter per worker (a forked copy of a process with threads may hang)
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_worker_start)
+    pool = None
     try:
-        futures = [pool.submit(_task, *t) for t in tasks]
+        # started before: as it starts, multiprocessing's resource tracker unblocks SIGINT, which
+        # the workers must inherit blocked
+        resource_tracker.ensure_running()
+        # Ctrl-C waits until every worker is started and known to the pool (jobprof.analysis.workers)
+        with workers.held_interrupt():
+            # spawn: a fresh interpreter per worker (a forked copy of a process with threads may hang)
+            pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                                       initializer=_worker_start)
+            futures = [pool.submit(_task, *t) for t in tasks]
         for future in progress(futures, len(futures), "ranks"):
             yield future.result()
+        workers.end(pool, now=False)
     except BaseException:
         # Ctrl-C, a failed rank, the reader gone: the workers end now, not after their queue
-        # (shutdown alone waits for the ranks already running)
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        workers.end(pool)
         raise
-    pool.shutdown()
 
 
 def _worker_start() -> None:
-    """In each worker: Ctrl-C is the command's to handle (it ends the workers), and a worker
-    dies with the command (SIGTERM, SIGKILL), never left running on its own (Linux)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """In each worker: Ctrl-C is the command's (:func:`workers.ignore_interrupts`)."""
+    workers.ignore_interrupts()
     batchgc.tune()
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
-        if os.getppid() == 1:  # the command was gone before the line above
-            os._exit(1)
 
 
 def _sees(prof_dir: str) -> bool:
@@ -468,7 +460,7 @@ def check_workers(client: Any, prof_dir: str) -> None:
 
 
 def _dask(tasks: list[Task], jobs: int,
-          scheduler: str | None, progress: Progress) -> Iterator[Facts]:
+          scheduler: str | None, progress: Progress) -> Generator[Facts, None, None]:
     try:
         from dask.distributed import Client, LocalCluster
     except ImportError:
@@ -533,8 +525,9 @@ def gather(profile: Profile, manager: PluginManager, engine: str = "local", jobs
                              for d in todo]
         run = _local(tasks, min(jobs, len(todo)), show) if engine == "local" else \
             _dask(tasks, jobs, scheduler, show)
-        for facts in run:
-            found[facts["device"]] = facts
+        with contextlib.closing(run):  # ended here, whatever ends the loop (its workers with it)
+            for facts in run:
+                found[facts["device"]] = facts
     out = {}
     for device in profile.devices:
         facts = found[device]

@@ -11,9 +11,11 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
 from tabulate import tabulate
 
 from jobprof.cli._common import new_manager, printable
@@ -22,10 +24,36 @@ from jobprof.files.control import Untrusted
 
 #: iterations a capture covers when neither --iterations nor --seconds is given
 DEFAULT_ITERATIONS = 10
+#: exit statuses of ``jobprof start`` (docs/cli.md): 0 every process captured (with --wait) or
+#: accepted the capture (without)
+NO_ANSWER = 1  # no answer from some process in time (or, with --wait, no end): the request stands
+CANNOT = 2  # argparse's usage errors, and a capture that could not be asked for (nothing written)
+REFUSED = 3  # refused (a capture is running, or the job refused it): nothing is captured
+PARTIAL = 4  # some processes captured (or accepted), others refused: the folder lacks them
+#: without --wait, how long ``start`` waits for every process to answer its request: three of the
+#: slowest process's iterations (requests are read at iteration ends), within these bounds (s)
+ANSWER_S = (5.0, 60.0)
+#: the states of a process's answer in which the capture still runs or is about to
+UNDERWAY = ("pending", "running", "writing")
 
 
 class Refused(Exception):
     """The command cannot do what was asked (message: why, and what to do)."""
+
+
+class Busy(Refused):
+    """Refused because a capture is running (or being written): exit :data:`REFUSED`."""
+
+
+@attrs.frozen
+class Answer:
+    """What one process of the job says about start request ``N`` (its status file)."""
+
+    #: waiting (not read yet), pending, running, writing, captured, refused, cancelled, ended,
+    #: unknown (read, but its answer has left the status), gone (no status any more)
+    state: str
+    #: the process's outcome line, after its name
+    text: str
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -178,10 +206,12 @@ def _who_is(status: dict[str, Any]) -> str:
 
 def _busy(states: list[dict[str, Any]]) -> str | None:
     for status in _live(states):
-        for key, what in (("capture", "is running"), ("pending", "is about to start")):
-            if status.get(key):
-                c = status[key]
-                return f"capture {c['id']} {what} on {_who_is(status)} (`jobprof stop` ends it)"
+        capture, pending = status.get("capture") or {}, status.get("pending") or {}
+        if capture or pending:
+            what = (f"iterations {capture['first']}-{capture['last']}" if capture
+                    else f"from iteration {pending['at']}")
+            return (f"capture {(capture or pending)['id']} is running on {_who_is(status)} ({what}; "
+                    "`jobprof stop` ends it)")
         if status.get("finishing"):
             return (f"the last capture is still being written by {_who_is(status)}; try again "
                     "in a moment")
@@ -203,7 +233,7 @@ def run_start(args: argparse.Namespace) -> int:
         return _start(args)
     except Refused as exc:
         print(printable(f"jobprof start: {exc}"), file=sys.stderr)
-        return 2
+        return REFUSED if isinstance(exc, Busy) else CANNOT
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -211,7 +241,7 @@ def _start(args: argparse.Namespace) -> int:
     live = _live(states)
     busy = _busy(states)
     if busy:
-        raise Refused(f"refused: {busy}")
+        raise Busy(f"refused: {busy}")
     given: dict[str, Any] = {}
     if args.options:
         try:
@@ -262,13 +292,129 @@ def _start(args: argparse.Namespace) -> int:
                           "start a capture") from None
     else:
         raise Refused("another request was written at the same moment five times; try again")
-    ranks = sorted({str(s.get("rank")) for s in live})
-    print(printable(f"capture {number}: iterations {at}-{at + iterations - 1} of {job.name} "
-                    f"({len(ranks)} rank(s)) into {job.parent / name.name}"))
+    asked = f"iterations {at}-{at + iterations - 1} of {job.name}"
+    procs = {_ident(s): s for s in live}
+    # the job's answer first: a request may be refused (two starts at once: the job takes the
+    # first it reads), and only an accepted one has a folder to name
+    rates = [float(s.get("rate") or 0) for s in live]
+    answer_s = 3600.0 if args.wait else min(ANSWER_S[1], max(
+        ANSWER_S[0], 3 / min(rates) if all(rates) else ANSWER_S[1]))
+    answers = _answers(job, number, procs, lambda a: a.state != "waiting", answer_s)
+    silent = [p for p, a in answers.items() if a.state in ("waiting", "unknown")]
+    if silent:
+        print(printable(
+            f"jobprof start: capture {number} asked for ({asked}), but {_names(procs, silent)} "
+            f"gave no answer within {answer_s:g} s (a request is read at an iteration end): "
+            f"whether it runs is not known yet. `jobprof status --job {job}` tells: it lists the "
+            f"capture if it runs (written into {job.parent / name.name}), or says 'capture {number} "
+            "refused' and why"), file=sys.stderr)
+        return NO_ANSWER
+    accepted = [p for p, a in answers.items() if a.state in (*UNDERWAY, "captured")]
+    if not accepted:
+        _say_refused(number, procs, answers)
+        return REFUSED
+    print(printable(f"capture {number}: {asked} ({len(accepted)} of {len(procs)} process(es)) "
+                    f"into {job.parent / name.name}"))
+    if len(accepted) < len(procs):
+        _lines(procs, {p: a for p, a in answers.items() if p not in accepted}, sys.stderr)
     if not args.wait:
         print("`jobprof status` follows it; `jobprof stop` ends it early")
-        return 0
-    return _wait(job, number, len(live))
+        return 0 if len(accepted) == len(procs) else PARTIAL
+    return _wait(job, number, procs)
+
+
+def _ident(status: dict[str, Any]) -> tuple[str, int]:
+    """A process of the job, whatever its status file is named (a rank's name changes from its
+    pid's once its rank is known)."""
+    return str(status.get("host")), int(status.get("pid") or 0)
+
+
+def _names(procs: dict[tuple[str, int], dict[str, Any]], which: list[tuple[str, int]]) -> str:
+    return ", ".join(_who_is(procs[p]) for p in which)
+
+
+def _answer(status: dict[str, Any] | None, number: int) -> Answer:
+    """What ``status`` (a process's status file; None: gone) says about start request ``number``:
+    from the request's id in its fields, never from the text of a message (which names other
+    captures too: 'capture 2 refused: capture 1 is running')."""
+    if status is None:
+        return Answer("gone", "not captured: its status file is gone")
+    for refusal in status.get("refusals") or []:
+        if refusal.get("id") == number:
+            return Answer(str(refusal.get("state") or "refused"), str(refusal.get("why")))
+    for key in ("capture", "pending"):
+        found = status.get(key) or {}
+        if found.get("id") == number:
+            return (Answer("running", f"capturing iterations {found['first']}-{found['last']}")
+                    if key == "capture" else Answer("pending", f"capture from iteration {found['at']}"))
+    entry = next((c for c in status.get("captures") or [] if c.get("id") == number), None)
+    if entry is not None:
+        its = f"iterations {entry['first']}-{entry['last']}"
+        if entry.get("state") == "running":
+            return Answer("running", f"capturing {its}")
+        if status.get("finishing") and status.get("finishing_id") in (number, None):
+            return Answer("writing", f"{its}, being written")
+        done = entry.get("state") if entry.get("state") != "finished" else ""
+        note = "; ".join(x for x in (entry.get("note"), done) if x)
+        return Answer("captured", its + (f" ({note})" if note else ""))
+    if status.get("ended"):
+        return Answer("ended", f"not captured: the process ended ({status['ended']}) before it")
+    if int(status.get("seen") or 0) >= number:
+        return Answer("unknown", f"read the request, but its answer has left its status (`jobprof "
+                                 f"status` lists captures by number: {number} is not among them)")
+    return Answer("waiting", "has not read the request yet")
+
+
+def _answers(job: Path, number: int, procs: dict[tuple[str, int], dict[str, Any]],
+             settled: Callable[[Answer], bool], timeout_s: float) -> dict[tuple[str, int], Answer]:
+    """Each of ``procs``'s answer to request ``number``, once all are ``settled`` (or when
+    ``timeout_s`` has passed: as they are then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        now = {_ident(s): s for s in _states(job)}
+        answers = {p: _dead_or(p, _answer(now.get(p), number)) for p in procs}
+        if all(settled(a) for a in answers.values()) or time.monotonic() >= deadline:
+            return answers
+        time.sleep(0.1)
+
+
+def _dead_or(proc: tuple[str, int], answer: Answer) -> Answer:
+    """``answer``, unless the process it waits on is gone from this host without ending (killed:
+    SIGKILL, the OOM killer): nothing more will come from it."""
+    host, pid = proc
+    if answer.state not in (*UNDERWAY, "waiting") or host != socket.gethostname() or pid <= 0:
+        return answer
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        what = ("died during the capture (`jobprof export` renders what it wrote)"
+                if answer.state in ("running", "writing") else "died before it began")
+        return Answer("died", f"not captured whole: the process (pid {pid}) {what}")
+    except OSError:
+        pass  # another user's: alive
+    return answer
+
+
+def _lines(procs: dict[tuple[str, int], dict[str, Any]], answers: dict[tuple[str, int], Answer],
+           out: Any = None) -> None:
+    """One line per process: its outcome."""
+    def order(p: tuple[str, int]) -> tuple[int, int, str, int]:
+        rank = procs[p].get("rank")
+        return (0, rank, *p) if isinstance(rank, int) else (1, 0, *p)
+
+    for p in sorted(answers, key=order):
+        print(printable(f"  {_who_is(procs[p])}: {answers[p].text}"), file=out or sys.stdout)
+
+
+def _say_refused(number: int, procs: dict[tuple[str, int], dict[str, Any]],
+                 answers: dict[tuple[str, int], Answer]) -> None:
+    """Every process refused request ``number`` (or ended before it): why, on stderr."""
+    whys = {a.text for a in answers.values()}
+    if len(whys) == 1:
+        print(printable(f"jobprof start: {whys.pop()}; nothing was captured"), file=sys.stderr)
+        return
+    print(printable(f"jobprof start: capture {number} refused; nothing was captured:"), file=sys.stderr)
+    _lines(procs, answers, sys.stderr)
 
 
 def _validate(merged: dict[str, Any]) -> None:
@@ -281,27 +427,19 @@ def _validate(merged: dict[str, Any]) -> None:
                       + "\n  ".join(p.render() for p in outcome.problems))
 
 
-def _wait(job: Path, number: int, ranks: int, timeout_s: float = 3600.0) -> int:
-    """Until every rank that was live says capture ``number`` is finished (or refused)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        states = _states(job)
-        done = []
-        for status in states:
-            entry = next((c for c in status.get("captures", []) if c["id"] == number), None)
-            refused = any(f"capture {number} " in r for r in status.get("refused", []))
-            writing = status.get("finishing") or (status.get("capture") or {}).get("id") == number
-            if refused or (entry and entry["state"] != "running" and not writing) or status.get("ended"):
-                done.append(status)
-        if len(done) >= ranks:
-            for status in sorted(done, key=lambda s: str(s.get("rank"))):
-                entry = next((c for c in status.get("captures", []) if c["id"] == number), None)
-                what = f"iterations {entry['first']}-{entry['last']}" if entry else "not captured"
-                print(printable(f"  {_who_is(status)}: {what}"))
-            return 0
-        time.sleep(0.2)
-    print(f"jobprof start: gave up waiting for capture {number} after {timeout_s:g} s", file=sys.stderr)
-    return 1
+def _wait(job: Path, number: int, procs: dict[tuple[str, int], dict[str, Any]],
+          timeout_s: float = 3600.0) -> int:
+    """Until every process that was live has finished capture ``number`` (or refused it, or
+    ended): one line each, and the exit status."""
+    answers = _answers(job, number, procs, lambda a: a.state not in (*UNDERWAY, "waiting"), timeout_s)
+    _lines(procs, answers)
+    if any(a.state in (*UNDERWAY, "waiting") for a in answers.values()):
+        print(f"jobprof start: gave up waiting for capture {number} after {timeout_s:g} s", file=sys.stderr)
+        return NO_ANSWER
+    if any(a.state in ("unknown", "died") for a in answers.values()):
+        return NO_ANSWER
+    captured = sum(a.state == "captured" for a in answers.values())
+    return 0 if captured == len(procs) else PARTIAL if captured else REFUSED
 
 
 def run_stop(args: argparse.Namespace) -> int:

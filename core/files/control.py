@@ -4,7 +4,10 @@ start`` / ``stop`` / ``status`` and the job's ranks talk, through files only (no
 ``<output>/PROF_<job>/control/`` (mode 0700, made by the job) holds:
 
 - ``rank_<key>.json``: each process's status, rewritten about once a second at an iteration
-  end and at every change (iteration, iteration rate, capture state);
+  end and at every change (iteration, iteration rate, capture state), and its answer to each
+  start request by the request's number: ``seen`` (the highest number it has read),
+  ``pending`` / ``capture`` / ``captures`` (accepted), ``refusals`` (``{id, state, why,
+  running}``: refused or cancelled); ``jobprof start`` reads its own request's answer there;
 - ``start_<N>.json``: capture request ``N`` (1, 2, ...): the **agreed** first iteration
   ``at``, how many iterations, the options, the capture's own ``PROF_`` folder name, and why;
   created once with ``link()`` (exclusive and complete at once), so the first of two writers

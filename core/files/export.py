@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from jobprof.files import csvsafe, profdir, rawstore
+from jobprof.files import csvsafe, kinetotrace, profdir, rawstore
 from jobprof.files.fsio import atomic_write, make_dirs
 from jobprof.plugin import timeline
 from jobprof.plugin.clock import ClockAnchor, own_base
@@ -53,18 +53,25 @@ def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str
     return [*specs, (CORE, master)]
 
 
+class Cancelled(Exception):
+    """``render_iteration`` stopped between two writers because ``cancel()`` said so."""
+
+
 def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, list[Any]],
                      writers: Iterable[tuple[str, WriterSpec]],
                      on_error: Callable[[str, str], None],
-                     on_note: Callable[[int, str], None] | None = None) -> list[tuple[Path, int]]:
+                     on_note: Callable[[int, str], None] | None = None,
+                     cancel: Callable[[], bool] | None = None) -> list[tuple[Path, int]]:
     """Write every writer's file for one iteration; returns (path, bytes) per file.  What the
-    writers noted (:attr:`ExportContext.notes`) goes to ``on_note(iteration, sentence)``."""
+    writers noted (:attr:`ExportContext.notes`) goes to ``on_note(iteration, sentence)``;
+    ``cancel()`` is asked between writers (true: :class:`Cancelled` is raised, the files
+    written so far stay to be rendered again)."""
     iteration = Iteration.from_record(streams[rawstore.ITERATION_STREAM][0])
     ctx = ExportContext(meta.device_id, iteration, meta.pid, streams, meta.anchor, meta.config,
                         meta.program, meta.metrics, meta.machine, job=meta.job,
                         time_base_ns=meta.time_base_ns)
     try:
-        return _render(ctx, device_dir, meta, writers, on_error, on_note)
+        return _render(ctx, device_dir, meta, writers, on_error, on_note, cancel)
     finally:
         # what the writers memoised (the operator view, the task table) refers back to the
         # context: a cycle that kept every operator of the iteration alive until Python's
@@ -74,10 +81,13 @@ def render_iteration(device_dir: Path, meta: DeviceMeta, streams: Mapping[str, l
 
 def _render(ctx: ExportContext, device_dir: Path, meta: DeviceMeta, writers: Iterable[tuple[str, WriterSpec]],
             on_error: Callable[[str, str], None],
-            on_note: Callable[[int, str], None] | None) -> list[tuple[Path, int]]:
+            on_note: Callable[[int, str], None] | None,
+            cancel: Callable[[], bool] | None = None) -> list[tuple[Path, int]]:
     iteration = ctx.iteration
     written = []
     for plugin, spec in writers:
+        if cancel is not None and cancel():
+            raise Cancelled
         try:
             text = spec.render(ctx)
         except Exception as exc:
@@ -190,6 +200,7 @@ def export_device(device_dir: Path, manager: PluginManager,
                 progress(len(rendered))
     except OSError as exc:
         problems.append(f"export of {device_dir.name} stopped: {exc.strerror or exc}")
+    kinetotrace.compress_plain(device_dir)  # the windows the job's end left as Kineto wrote them
     return ExportResult(device_dir, len(rendered), files, tuple(problems),
                         {note: tuple(its) for note, its in notes.items()}, tuple(rendered), written,
                         tuple(no_room))

@@ -42,6 +42,11 @@ def _fast() -> Any:
     return orjson
 
 
+def fast() -> Any:
+    """orjson (imported now), or None when it is not installed: for writers too."""
+    return _fast()
+
+
 def preload() -> None:
     """Import orjson now, on this thread: the profiled job's exporting thread reads raw data
     back, and its first read importing it at exit deadlocked with a SIGTERM that interrupted

@@ -53,6 +53,11 @@ class RawWriter:
 
     def __init__(self, device_dir: Path) -> None:
         self.data = device_dir / "data"
+        # orjson encodes a step-tier line ~10x faster than json.dumps (47 -> ~5 us a line on the
+        # sink thread, whose Python holds the GIL the training thread needs); imported here, on
+        # the training thread, never by the sink thread at exit (see jsonread.preload)
+        fast = jsonread.fast()
+        self._orjson = fast.dumps if fast is not None else None
         self._fd: int | None = None
         self.segment: Path | None = None
         self._count = 0
@@ -101,7 +106,15 @@ class RawWriter:
 
     def _encode(self, index: int, streams: Mapping[str, list[Any]],
                 on_bad_stream: Callable[[str, Exception], None] | None) -> bytes:
-        try:  # the common case: one encode for the whole line
+        fast = self._orjson
+        if fast is not None:
+            try:  # the common case; orjson refuses what json.dumps takes (a key not a str, an
+                # int beyond 64 bits) with a TypeError: then json.dumps decides.  A NaN or an
+                # infinity becomes null, which is what it says: no value
+                return b'{"index":%d,"streams":%b}\n' % (index, fast(streams))
+            except TypeError:
+                pass
+        try:  # one encode for the whole line
             body = json.dumps(streams, separators=(",", ":"))
         except (TypeError, ValueError):
             if on_bad_stream is None:

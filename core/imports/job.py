@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from jobprof.analysis import workers
 from jobprof.files import fsio, kinetotrace, profdir, rawstore
 from jobprof.imports import build, scan, source
 
@@ -223,8 +224,14 @@ def render_rank(device_dir: Path) -> tuple[str, ...]:
 def _map(pool: ProcessPoolExecutor | None, fn: Callable[..., Any], calls: list[tuple[Any, ...]]) -> list[Any]:
     if pool is None:
         return [fn(*args) for args in calls]
-    futures: list[Future[Any]] = [pool.submit(fn, *args) for args in calls]
-    return [f.result() for f in futures]
+    try:
+        # Ctrl-C waits until the workers (forked by the first call) are known to the pool
+        with workers.held_interrupt():
+            futures: list[Future[Any]] = [pool.submit(fn, *args) for args in calls]
+        return [f.result() for f in futures]
+    except BaseException:  # Ctrl-C, a failed rank: the workers end now, not after their queue
+        workers.end(pool)
+        raise
 
 
 def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
@@ -254,7 +261,8 @@ def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
     staging = hidden / final.name
     try:
         fsio.make_dirs(staging, root=output)
-        with ProcessPoolExecutor(jobs) if jobs > 1 else contextlib.nullcontext() as pool:
+        with ProcessPoolExecutor(jobs, initializer=workers.ignore_interrupts) if jobs > 1 \
+                else contextlib.nullcontext() as pool:
             say(f"building {len(ranks)} rank(s) from {len(headers)} file(s)")
             results: list[RankResult] = _map(pool, build_rank,
                                              [(r, hs, staging, backend) for r, hs in ranks.items()])

@@ -20,6 +20,7 @@ seeded ``torch.Generator``); every buffer is released when its phase returns.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable
@@ -37,9 +38,13 @@ SHARES = {"matmul": 0.4, "vector": 0.2, "memory": 0.4}
 METHOD = ("best of >= 3 timed runs each: torch.mm n x n (2*n^3 FLOP, n grown from 256 until a run takes "
           "~2 ms); torch.add(a, b, out=c) on cache-resident operands (1 FLOP/element); dst.copy_(src) on "
           "a buffer larger than the last-level cache (bytes = 2 x nbytes: read + write)")
+#: the method's version: bump it whenever what is measured or how changes, so that results cached
+#: by an older method (jobprof.ops.calcache) are measured again
+METHOD_VERSION = 1
+DEFAULT_BUDGET_S = 0.3
 
 
-def calibrate(torch: Any, device: str = "cpu", budget_s: float = 0.3) -> dict[str, Any]:
+def calibrate(torch: Any, device: str = "cpu", budget_s: float = DEFAULT_BUDGET_S) -> dict[str, Any]:
     """Peak matmul and vector FLOP/s and memory bandwidth of ``device``, as a JSON-ready dict.
 
     Takes roughly ``budget_s`` (each phase stops after its share once it has its minimum of runs).
@@ -52,6 +57,25 @@ def calibrate(torch: Any, device: str = "cpu", budget_s: float = 0.3) -> dict[st
         return {"device": device, "error": f"{type(exc).__name__}: {exc}"}
     result["seconds"] = round(time.perf_counter() - started, 4)
     return result
+
+
+def calibrate_cached(torch: Any, device: str = "cpu", warn: Callable[[str], None] | None = None,
+                     **options: Any) -> dict[str, Any]:
+    """:func:`calibrate`, measured once per machine and setting: read from the user's
+    calibration cache when a usable result is there, else measured and kept
+    (:mod:`jobprof.ops.calcache`, imported only when this is called; ``options`` go to its
+    ``calibrate``).  Never raises; cache problems go to ``warn`` in one message."""
+    from jobprof.ops import calcache
+
+    options.setdefault("measure", calibrate)
+    return calcache.calibrate(torch, device, method=method_key(), warn=warn, **options)
+
+
+def method_key() -> dict[str, Any]:
+    """What identifies this method in a cached result's key (:data:`METHOD_VERSION`, the text of
+    :data:`METHOD`, the default budget)."""
+    return {"version": METHOD_VERSION, "text": hashlib.sha256(METHOD.encode()).hexdigest()[:16],
+            "budget_s": DEFAULT_BUDGET_S}
 
 
 def _calibrate(torch: Any, device: str, budget_s: float) -> dict[str, Any]:

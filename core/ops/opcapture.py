@@ -44,7 +44,10 @@ from typing import Any
 import attrs
 
 from jobprof.ops import atfork, memwarn, torchapi
+from jobprof.plugin.blocks import Blocks
+from jobprof.plugin.blocks import watch as watch_blocks
 from jobprof.plugin.clock import wall_minus_monotonic_ns
+from jobprof.plugin.frames import hide_frame
 
 # the record layout is the contract's declaration (jobprof.plugin.records, "core streams")
 from jobprof.plugin.records import OPS_STREAM
@@ -79,56 +82,6 @@ class Detail:
         metrics = tuple(dict.fromkeys(self.cupti_metrics + other.cupti_metrics))
         return Detail(self.shapes or other.shapes, self.cuda or other.cuda, metrics,
                       self.memory or other.memory)
-
-
-class _OpenBlocks:
-    """Tracks the ``record_function`` blocks open right now (any thread), so a cut can close
-    and reopen them.  Installed on the class: blocks created before start are covered.
-
-    A data descriptor for the instance's ``record`` (its RecordFunction handle) rather than
-    wrappers of ``__enter__``/``__exit__``: a block is open once ``__enter__`` stored a handle,
-    and its end begins when ``__exit__`` (or ``_call_end_callbacks_on_future``, which hands
-    the end to a future) reads it.  No jobprof frame is on the stack when torch's own code
-    raises there, so the program's tracebacks are the ones it has unprofiled.  The value
-    stays in the instance ``__dict__`` (copy, pickle, ``vars`` see what they see unprofiled).
-    """
-
-    def __init__(self, cls: Any) -> None:
-        self.cls = cls
-        self.open: dict[int, Any] = {}
-        self._slot = _RecordSlot(self.open)
-        self._had = "record" in cls.__dict__
-        if not self._had:  # the class has no such attribute on any torch so far
-            cls.record = self._slot
-
-    def remove(self) -> None:
-        if not self._had and self.cls.__dict__.get("record") is self._slot:
-            del self.cls.record
-
-
-class _RecordSlot:
-    """``record_function.record`` while jobprof runs (see :class:`_OpenBlocks`)."""
-
-    def __init__(self, open_blocks: dict[int, Any]) -> None:
-        self.open = open_blocks
-
-    def __get__(self, block: Any, owner: Any = None) -> Any:
-        if block is None:  # as a property does: TorchScript's compiler reads every class attribute
-            return self
-        record = block.__dict__.get("record")
-        self.open.pop(id(block), None)  # the block ends (or its end moves to a future)
-        if record is None and "record" not in block.__dict__:
-            raise AttributeError(f"'{type(block).__name__}' object has no attribute 'record'")
-        return record
-
-    def __set__(self, block: Any, record: Any) -> None:
-        block.__dict__["record"] = record
-        if record is not None:
-            self.open[id(block)] = block
-
-    def __delete__(self, block: Any) -> None:
-        self.open.pop(id(block), None)
-        del block.__dict__["record"]
 
 
 #: slack around a window's [first, last] when matching it to iterations: Kineto's wall clock is
@@ -193,7 +146,8 @@ class OpCapture:
         self._restore_yield: Callable[[], None] | None = None
         # tracked from the session's start: a block opened before the capture starts is
         # still open at its first cut
-        self._blocks: _OpenBlocks | None = _OpenBlocks(torch.autograd.profiler.record_function)
+        self._blocks: Blocks | None
+        self._blocks, self._unwatch = watch_blocks(torch.autograd.profiler.record_function)
         self._pid = os.getpid()
         self._cut_ns = 0
         self._window_ns = 0  # when the open window began (monotonic ns)
@@ -347,7 +301,11 @@ class OpCapture:
         def wrap(original: Callable[..., Any]) -> Callable[..., Any]:
             def call(*args: Any, **kwargs: Any) -> Any:
                 pending.extend(capture._yield())
-                result = original(*args, **kwargs)
+                try:
+                    result = original(*args, **kwargs)
+                except BaseException as exc:
+                    hide_frame(exc)
+                    raise
                 if original.__name__ == "_enable_profiler":
                     # continue the program's open blocks under its own session, once it records
                     # (reopened after _prepare_profiler, they began before it and were lost)
@@ -400,7 +358,7 @@ class OpCapture:
 
     def _untrack_blocks(self) -> None:
         if self._blocks is not None:
-            self._blocks.remove()
+            self._unwatch()
             self._blocks = None
 
     def _remove_wrappers(self) -> None:
@@ -467,9 +425,12 @@ class OpCapture:
         enter_op = self._ops._record_function_enter_new
         tracked = self._blocks
         for block in blocks:
-            # not one another thread's __exit__ took meanwhile (untracked after a yield: all)
-            if tracked is None or id(block) in tracked.open:
-                block.record = enter_op(block.name, block.args)
+            # not one another thread's __exit__ took meanwhile (untracked after a yield: all);
+            # a continuation, not an entry (msproftx's ranges go on unbroken)
+            if tracked is None:
+                block.__dict__["record"] = enter_op(block.name, block.args)
+            elif id(block) in tracked.open:
+                tracked.reopen(block, enter_op(block.name, block.args))
 
     def _swap(self, pause: bool = False) -> None:
         """End the window; open the next one (``pause``: not yet, see :meth:`_resume`)."""

@@ -17,6 +17,8 @@ everything a built-in one does.
   record (:class:`OpRecord`: ``r.name``, ``r.start``, ``r.dur``, ...), :class:`OpView` / :class:`Task` and the
   module :mod:`opview` (an iteration's operators as a tree, its tasks), :func:`assign_lanes`
   (overlapping spans on non-overlapping tracks), :mod:`opmath` (FLOPs and bytes of an operator);
+* wrapping the program's calls: :func:`hide_frame` (a wrapper leaves no frame in the program's
+  tracebacks), :func:`watch_blocks` (``record_function`` blocks as they open and end, no wrapper);
 * answers: :class:`Finding`, :class:`Section`, :class:`DiffTable`, :class:`DiffCount`, the
   span categories of the iteration breakdown (``DATA_WAIT``, ``COMPUTE``, ...).
 
@@ -24,7 +26,10 @@ Importing this package imports only the contract's own modules (no torch, no lat
 """
 
 from jobprof.plugin import histogram, opmath, opview
+from jobprof.plugin.blocks import BlockListener, Blocks
+from jobprof.plugin.blocks import watch as watch_blocks
 from jobprof.plugin.clock import ClockAnchor, TimeAxis
+from jobprof.plugin.frames import hide_frame
 from jobprof.plugin.hookspec import Answer, hookimpl
 from jobprof.plugin.lanes import LANE_STRIDE, assign_lanes, lane_name, lane_tid
 from jobprof.plugin.opview import OpView, Task, is_dispatch_op
@@ -107,6 +112,8 @@ __all__ = [
     "SYNTHETIC_TID",
     "Answer",
     "BatchRecord",
+    "BlockListener",
+    "Blocks",
     "ClockAnchor",
     "CollectiveRecord",
     "CompiledGraphRecord",
@@ -137,6 +144,7 @@ __all__ = [
     "assign_lanes",
     "device_label",
     "events_text",
+    "hide_frame",
     "histogram",
     "hookimpl",
     "is_dispatch_op",
@@ -148,4 +156,5 @@ __all__ = [
     "records_of",
     "slug",
     "timeline_json",
+    "watch_blocks",
 ]

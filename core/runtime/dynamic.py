@@ -10,12 +10,15 @@ ran (``jobprof.capture``).
 
 Requests come through the job's control folder (:mod:`jobprof.files.control`): from ``jobprof
 start`` / ``stop``, or from a trigger that fired on some rank.  The per-iteration cost when
-nothing happens: a clock read, a deque append and a comparison; the folder is listed every
-:data:`~jobprof.files.control.POLL_S` and the status written every
-:data:`~jobprof.files.control.STATUS_S`.  What can take longer (loading the capture's plugins,
-validating its options, finishing it: rendering, the background exporter) runs on helper
-threads; the training thread does only the hand-over (plugins' ``session_start`` and Kineto's
-start at the first boundary, Kineto's stop at the last).
+nothing happens: a clock read, a deque append and a comparison.  The file work runs on a helper
+thread (``jobprof-control``, :class:`_Files`): it lists the folder every
+:data:`~jobprof.files.control.POLL_S` and tells the training thread when a request is there to
+read, writes the status built every :data:`~jobprof.files.control.STATUS_S`, and on rank 0 reads
+the ranks' statuses for ``rank_outlier`` (measured on a 37 ms transformer step: 0.4-0.7 ms per
+iteration on the training thread before, mostly the status write).  What can take longer
+(loading the capture's plugins, validating its options, finishing it: rendering, the background
+exporter) runs on helper threads; the training thread does only the hand-over (plugins'
+``session_start`` and Kineto's start at the first boundary, Kineto's stop at the last).
 """
 
 from __future__ import annotations
@@ -84,6 +87,78 @@ class Active:
     note: str = ""
 
 
+class _Files:
+    """The controller's file work, on a daemon thread of its own: what the training thread
+    would otherwise wait for at iteration ends (a directory listing, a JSON write and rename,
+    every rank's status read).  It decides nothing: it sets :attr:`news` when the folder holds
+    a request the controller has not read (the controller reads and answers it on the training
+    thread, as before) and :attr:`outlier` when rank 0 finds an outlying rank (the controller
+    fires the trigger)."""
+
+    def __init__(self, controller: Controller) -> None:
+        self._controller = controller
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._status: tuple[Path, str, str, dict[str, Any]] | None = None
+        self._stopped = False
+        self._next_outlier = 0.0
+        #: a request (or a stop for this process's capture) waits in the folder
+        self.news = False
+        #: rank 0's verdict that some rank is an outlier (the trigger's reason)
+        self.outlier: str | None = None
+        self._thread = threading.Thread(target=self._run, name="jobprof-control", daemon=True)
+        self._thread.start()
+
+    def publish(self, folder: Path, key: str, old_key: str, status: dict[str, Any]) -> None:
+        """Write ``status`` at this thread's next turn, within ``POLL_S`` (a newer one replaces
+        one not yet written).  Not woken for it: waking a thread from the training thread cost
+        ~2 ms of its time at each status (the woken thread took the CPU from it)."""
+        with self._lock:
+            self._status = (folder, key, old_key, status)
+
+    def stop(self) -> None:
+        """No more writes from this thread (the last status is the caller's to write)."""
+        self._stopped = True
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(0.5)
+
+    def _run(self) -> None:
+        controller = self._controller
+        while not self._stopped:
+            self._wake.wait(control.POLL_S)
+            self._wake.clear()
+            with self._lock:
+                item, self._status = self._status, None
+            if self._stopped:
+                return
+            try:
+                if item is not None:
+                    controller._publish(*item)
+                self._look(controller)
+                trigger = controller.trigger
+                if trigger and trigger.get("rank_outlier") and controller._key == "00000" \
+                        and time.monotonic() >= self._next_outlier:
+                    self._next_outlier = time.monotonic() + control.STATUS_S
+                    self.outlier = controller._outlier(float(trigger["rank_outlier"]))
+            except Exception:  # never this thread's end: the training thread's poll says what fails
+                self.news = True
+
+    def _look(self, controller: Controller) -> None:
+        folder = controller.folder
+        if folder is None:
+            return
+        try:
+            control.check_folder(folder, controller.uid)
+            starts, stops, _ = control.entries(folder)
+        except (OSError, Untrusted):
+            self.news = True  # the training thread's poll finds it and says so once
+            return
+        if any(number > controller.seen for number in starts) or any(
+                number not in controller._stops and controller._targets(number) for number in stops):
+            self.news = True
+
+
 class Controller:
     """The captures of one process of a job in dynamic mode (see the module docstring)."""
 
@@ -106,12 +181,17 @@ class Controller:
         self._stops: set[int] = set()
         self.history: deque[dict[str, Any]] = deque(maxlen=20)
         self.refused: deque[str] = deque(maxlen=10)
+        #: the answer to each start request this process refused or cancelled, by id (in its
+        #: status: `jobprof start` reads its own request's answer here, never from the text)
+        self.refusals: deque[dict[str, Any]] = deque(maxlen=20)
         self._said: set[str] = set()
         self._inert = False
         self._rank: dict[str, Any] = {}
         self._key = f"pid{os.getpid()}"
         self._next_poll = 0
         self._next_status = 0
+        #: the file work's thread, from the first iteration end (the folder made)
+        self._files: _Files | None = None
         self._changed = True
         self.index = 0
         self.durations: deque[int] = deque(maxlen=WINDOW)
@@ -173,7 +253,11 @@ class Controller:
             self._observe(iteration, now)
         if now >= self._next_poll:
             self._next_poll = now + int(control.POLL_S * 1e9)
-            self._poll(index)
+            files = self._files
+            if files is None or files.news:
+                if files is not None:
+                    files.news = False
+                self._poll(index)
         pending = self.pending
         if pending is not None and self.capture is None and index + 1 >= pending.request.at:
             self._begin(pending, index)
@@ -204,6 +288,8 @@ class Controller:
             if hurried and finishing is not None and finishing.sink is not None:
                 finishing.sink.hurry(0)
             ending.join(HURRIED_WAIT_S if hurried else FINISH_WAIT_S)
+        if self._files is not None:
+            self._files.stop()  # no status of its after this last one
         self._write_status(ended=reason)
         self._inert = True
 
@@ -218,6 +304,7 @@ class Controller:
                                          "captures cannot be asked for in this job")
                 self._inert = True
                 return
+            self._files = _Files(self)
         try:
             control.check_folder(self.folder, self.uid)
             starts, stops, _ = control.entries(self.folder)
@@ -226,9 +313,12 @@ class Controller:
                                         f"({exc}); requests in it are ignored")
             return
         for number in sorted(n for n in starts if n > self.seen):
-            self.seen = number
-            request = self._read(self.folder / starts[number], Request)
-            if request is not None:
+            self.seen = number  # in the status: this process has read (and answered) request N
+            self._changed = True
+            request = self._read(self.folder / starts[number], Request, number)
+            if request is not None and request.id != number:
+                self._refuse(f"{starts[number]} refused: it names capture {request.id}", number)
+            elif request is not None:
                 self._consider(request, index)
         for number in stops:
             if number not in self._stops and self._targets(number):
@@ -237,13 +327,14 @@ class Controller:
                 if stop is not None:
                     self._stop(stop, index)
 
-    def _read(self, path: Path, kind: Any) -> Any:
+    def _read(self, path: Path, kind: Any, number: int | None = None) -> Any:
+        """The request in ``path`` (None: refused, and said; ``number``: a start request's id)."""
         try:
             return kind.from_json(control.read_trusted(path, self.uid))
         except (Untrusted, ValueError) as exc:
-            self._refuse(f"{path.name} refused: {exc}")
+            self._refuse(f"{path.name} refused: {exc}", number)
         except OSError as exc:
-            self._refuse(f"{path.name} could not be read: {exc.strerror or exc}")
+            self._refuse(f"{path.name} could not be read: {exc.strerror or exc}", number)
         return None
 
     def _targets(self, number: int) -> bool:
@@ -253,12 +344,13 @@ class Controller:
         if request.last <= index:
             if request.created >= self._born:
                 self._refuse(f"capture {request.id} refused: it asked for iterations {request.at}-"
-                             f"{request.last}, and this rank had run iteration {index} when it read it")
+                             f"{request.last}, and this rank had run iteration {index} when it read it",
+                             request.id)
             return
         busy = self.capture or self.pending
         if busy is not None:
-            self._refuse(f"capture {request.id} refused: capture {busy.request.id} "
-                         f"({busy.request.trigger}) is running")
+            self._refuse(f"capture {request.id} refused: capture {busy.request.id} is running "
+                         f"({busy.request.trigger})", request.id, running=busy.request.id)
             return
         armed = self._armed
         if not request.options and armed is not None:
@@ -268,7 +360,7 @@ class Controller:
                 self.pending = Pending(request, armed)
                 self.pending.done.set()
             except ValueError as exc:
-                self._refuse(f"capture {request.id} refused: {exc}")
+                self._refuse(f"capture {request.id} refused: {exc}", request.id)
             self._changed = True
             return
         pending = self.pending = Pending(request)
@@ -335,13 +427,14 @@ class Controller:
         self.pending = None
         self._changed = True
         if pending.session is None or self.torch is None or self.base.detector is None:
-            self._refuse(f"capture {request.id} refused: {pending.error or 'torch is not loaded'}")
+            self._refuse(f"capture {request.id} refused: {pending.error or 'torch is not loaded'}",
+                         request.id)
             return
         first = index + 1
         last = first + request.iterations - 1 if single else request.last
         if first > last:
-            self._refuse(f"capture {request.id}: its iterations {request.at}-{request.last} had passed "
-                         f"when it was ready (iteration {index}); not captured")
+            self._refuse(f"capture {request.id} refused: its iterations {request.at}-{request.last} had "
+                         f"passed when it was ready (iteration {index})", request.id)
             return
         note = f"started {first - request.at} iteration(s) late" if first > request.at else ""
         session = pending.session
@@ -382,7 +475,8 @@ class Controller:
         pending, capture = self.pending, self.capture
         if pending is not None and pending.request.id == stop.id and index + 1 < pending.request.at:
             self.pending = None
-            self._refuse(f"capture {stop.id} cancelled before it began ({stop.by})")
+            self._refuse(f"capture {stop.id} cancelled before it began ({stop.by})", stop.id,
+                         state="cancelled")
         elif capture is not None and capture.request.id == stop.id:
             capture.last = max(index + 1, min(capture.last, stop.at - 1))
             capture.session.info["capture"]["stopped_by"] = stop.by
@@ -398,8 +492,13 @@ class Controller:
             self.history.append(entry)
         self._changed = True
 
-    def _refuse(self, message: str) -> None:
+    def _refuse(self, message: str, number: int | None = None, running: int | None = None,
+                state: str = "refused") -> None:
+        """Say ``message`` (stderr, the status's ``refused``); with ``number``, also the answer
+        to start request ``number`` (``running``: the capture that stood in its way)."""
         self.refused.append(message)
+        if number is not None:
+            self.refusals.append({"id": number, "state": state, "why": message, "running": running})
         self._changed = True
         self.reporter.warning(f"dynamic mode: {message}")
 
@@ -428,7 +527,8 @@ class Controller:
             return
         old_key = self._key
         self._rank_info()
-        capture, pending = self.capture, self.pending
+        capture, pending, ending = self.capture, self.pending, self._ending
+        writing = self._finishing if ending is not None and ending.is_alive() else None
         median = self._median_ns()
         status = {
             "key": self._key, "rank": self._rank.get("rank_id", "N/A"), "world": self._world(),
@@ -441,14 +541,23 @@ class Controller:
                                                      "last": capture.last, "state": "running",
                                                      "prof_dir": capture.request.prof_dir},
             "pending": None if pending is None else {"id": pending.request.id, "at": pending.request.at},
-            "finishing": bool(self._ending is not None and self._ending.is_alive()),
+            "finishing": writing is not None,
+            "finishing_id": None if writing is None else writing.info["capture"]["id"],
             "captures": list(self.history), "refused": list(self.refused),
+            "seen": self.seen, "refusals": list(self.refusals),
             "trigger": self.trigger, "options": self.options, "ended": ended,
             "own_us_per_iteration": round(self.own_ns / self.own_count / 1e3, 3) if self.own_count else None,
         }
+        files = self._files
+        if files is not None and ended is None:
+            files.publish(folder, self._key, old_key, status)  # written off the training thread
+        else:
+            self._publish(folder, self._key, old_key, status)
+
+    def _publish(self, folder: Path, key: str, old_key: str, status: dict[str, Any]) -> None:
         try:
-            control.publish(folder, control.rank_name(self._key), status)
-            if old_key != self._key:  # the rank became known: the pid-named status goes
+            control.publish(folder, control.rank_name(key), status)
+            if old_key != key:  # the rank became known: the pid-named status goes
                 (folder / control.rank_name(old_key)).unlink(missing_ok=True)
         except OSError as exc:
             self._say_once("status", f"dynamic mode: cannot write this process's status in {folder} "
@@ -476,8 +585,10 @@ class Controller:
                                              f"{self._median / 1e6:.1f} ms (threshold {k:g}x)")
             if trigger.get("memory_growth"):
                 self._memory_trigger(int(trigger["memory_growth"]), iteration.index)
-            if trigger.get("rank_outlier") and now >= self._next_status and self._key == "00000":
-                self._rank_trigger(float(trigger["rank_outlier"]))
+            files = self._files
+            if files is not None and files.outlier is not None:  # rank 0's check, on that thread
+                reason, files.outlier = files.outlier, None
+                self._fire("rank_outlier", reason)
         self.durations.append(duration)
         if len(self.durations) == 3:
             self._changed = True  # the rate is known now: `jobprof start` needs it
@@ -510,22 +621,23 @@ class Controller:
             self.trigger["memory_growth"] = None
             return None
 
-    def _rank_trigger(self, percent: float) -> None:
-        """Rank 0, once a second: is some rank's median iteration time outside the others'?"""
+    def _outlier(self, percent: float) -> str | None:
+        """Rank 0, once a second (on the file thread): the reason to fire ``rank_outlier`` when
+        some rank's median iteration time is outside the others', else None."""
         if self.folder is None:
-            return
+            return None
         states = [s for s in control.statuses(self.folder, self.uid)
                   if control.live(s) and s.get("median_ms") and not s.get("capture") and not s.get("ended")]
         if len(states) < 2:
-            return
+            return None
         for status in states:
             others = statistics.median(s["median_ms"] for s in states if s is not status)
             mine = status["median_ms"]
             if others and abs(mine - others) > others * percent / 100:
-                self._fire("rank_outlier", f"rank {status.get('rank')}'s median iteration time "
-                                           f"{mine:.1f} ms is {100 * (mine - others) / others:+.0f}% "
-                                           f"from the other ranks' {others:.1f} ms (threshold {percent:g}%)")
-                return
+                return (f"rank {status.get('rank')}'s median iteration time {mine:.1f} ms is "
+                        f"{100 * (mine - others) / others:+.0f}% from the other ranks' {others:.1f} ms "
+                        f"(threshold {percent:g}%)")
+        return None
 
     def _fire(self, trigger: str, reason: str) -> None:
         """Ask every rank for a capture of the next iterations, unless one runs or the
@@ -562,5 +674,7 @@ class Controller:
                 self.reporter.info(f"dynamic mode: trigger {trigger}: {reason}; capturing iterations "
                                    f"{first}-{first + count - 1} into {name[0].name}")
             self._next_poll = 0  # read it (ours or the winner's) at once
+            if self._files is not None:
+                self._files.news = True
         except (OSError, Untrusted, ValueError) as exc:
             self._say_once("fire", f"dynamic mode: trigger {trigger} could not ask for a capture ({exc})")

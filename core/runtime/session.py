@@ -31,6 +31,7 @@ from jobprof.ops.opcapture import STREAM as OPS_STREAM
 from jobprof.ops.opcapture import Detail, OpCapture
 from jobprof.plugin import clock
 from jobprof.plugin.clock import ClockAnchor
+from jobprof.plugin.frames import hide_frame
 from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.values import Config, Iteration
@@ -279,11 +280,17 @@ class Session:
         thread; see jobprof.files.kinetotrace)."""
         assert self.ops is not None and self.device_dir is not None  # only while capturing, live
         folder = self.device_dir
+        # once the job ends, windows are kept as Kineto wrote them: compressing one of a huge
+        # iteration would hold the exit (whoever renders it compresses it)
         refs = self.ops.take_windows(start_ns, end_ns,
-                                     lambda result, number: kinetotrace.save_window(result, number, folder),
+                                     lambda result, number: kinetotrace.save_window(
+                                         result, number, folder, hurry=self._ending),
                                      lambda name: kinetotrace.forget_window(name, folder))
         return [kinetotrace.reference(r.name, r.offset_ns, r.size, r.first, r.shapes, r.clip_ns)
                 for r in refs]
+
+    def _ending(self) -> bool:
+        return self.state != "collecting"
 
     def explicit_step(self) -> None:
         if self.detector is not None and self.state == "collecting":
@@ -383,7 +390,11 @@ class Session:
         signum = self._signal_during_finish
         if signum is not None:  # SIGTERM came while we wrote: the job dies of it now, as it would
             self._signal_during_finish = None
-            self._deliver(signum, None)
+            try:
+                self._deliver(signum, None)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
 
     def _finish(self, reason: str) -> None:
         if self.dynamic is not None:  # the capture running now ends first, for the same reason
@@ -556,6 +567,7 @@ class Session:
                              budget, self.manager.fail, self._stop, self.manager.stream_owner,
                              self.manager.is_active, self._core_stream_failed, self._parts_of,
                              render=self.config.get("export") != "off")
+            self.sink.exporter_follows = (self.config.get("export") or EXPORT_DEFAULT) == "background"
         except OSError as exc:
             self._stop(f"cannot create {self.job_dir}: {exc.strerror or exc}")
             return False
@@ -707,13 +719,21 @@ class Session:
             self.finish("SIGTERM")
         except Exception:
             pass
-        self._deliver(signum, frame)
+        try:
+            self._deliver(signum, frame)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
 
     def _deliver(self, signum: int, frame: Any) -> None:
         """What the program's own SIGTERM disposition does (default: die of it, exit 143)."""
         previous = self._previous_sigterm
         if callable(previous):
-            previous(signum, frame)
+            try:  # the program's handler: what it raises shows no frame of ours
+                previous(signum, frame)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             return
         if previous == signal.SIG_IGN:
             return

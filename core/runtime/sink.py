@@ -8,13 +8,16 @@ more when done cold, once per step, right after the model's compute.  The price 
 after SIGKILL the iterations of the last ``FLUSH_S`` may be missing; normal exit, SIGTERM,
 uncaught exceptions, ``os._exit`` and ``exec`` (:mod:`jobprof.runtime.exits`) flush everything.
 
-Rendering the per-iteration timeline/summary files costs far more (a file per writer), so the
-same thread does it under a CPU-duty budget (``EXPORT_DUTY`` of wall time: it sleeps in
-proportion to the time it worked) and reads each iteration back from disk, so memory stays
-bounded however far it lags.  ``close()`` renders whatever is left, at exit / SIGTERM, until
-its deadline (a SIGTERM gives ``SIGTERM_RENDER_S``: the scheduler's grace period is short and
-the raw data is complete); what it did not render is listed in :attr:`Sink.unrendered` for
-end_info and the ``jobprof export`` hint.  The first OSError (disk full, output removed or
+Rendering the per-iteration timeline/summary files costs far more (a file per writer).  When a
+detached exporter renders after the job (option ``export`` "background", the default) nothing
+is rendered here while the job trains: this thread's Python would hold the GIL the training
+thread needs between its operators.  Otherwise (``inline``) the same thread renders under a
+CPU-duty budget (``EXPORT_DUTY`` of wall time: it sleeps in proportion to the time it worked)
+and reads each iteration back from disk, so memory stays bounded however far it lags.
+``close()`` renders whatever is left, at exit / SIGTERM, until its deadline (a SIGTERM gives
+``SIGTERM_RENDER_S``: the scheduler's grace period is short and the raw data is complete); what
+it did not render is listed in :attr:`Sink.unrendered` for end_info and the ``jobprof export``
+hint.  The first OSError (disk full, output removed or
 unwritable) stops collection with one message that says which iterations were saved.
 """
 
@@ -55,6 +58,10 @@ RESERVE_BYTES = 64 * 1024
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 #: how long rendering may go on after a SIGTERM (the rest is left to `jobprof export`)
 SIGTERM_RENDER_S = 1.0
+#: seconds per compressed window byte an iteration's rendering is predicted to take before this
+#: process has rendered one (measured: 200k operators with shapes, 23 MB in 27 s), doubled
+PRIOR_S_PER_WINDOW_BYTE = 2.4e-6
+
 
 
 @contextlib.contextmanager
@@ -96,6 +103,14 @@ def _import_site(frame: Any) -> str | None:
     return site
 
 
+def _window_bytes(streams: Mapping[str, Any]) -> int:
+    """The compressed bytes of the operator windows an iteration's ``ops`` stream names."""
+    refs = streams.get(OPS_STREAM) or []
+    if not kinetotrace.is_reference(refs):
+        return 0
+    return sum(r["bytes"] for r in refs if isinstance(r, dict) and type(r.get("bytes")) is int)
+
+
 class Sink:
     def __init__(self, device_dir: Path, meta: export.DeviceMeta,
                  writers: Iterable[tuple[str, WriterSpec]], budget: StorageBudget,
@@ -127,7 +142,9 @@ class Sink:
         self._windows = kinetotrace.Windows(device_dir / "data")
         self._unit = 0
         self._queued: deque[tuple[int, Mapping[str, list[Any]], frozenset[str]]] = deque()
-        self._todo: deque[tuple[int, int, rawstore.Written, frozenset[str]]] = deque()
+        #: written, not yet rendered: (iteration, storage unit, where, active plugins, bytes of
+        #: the operator windows it reads)
+        self._todo: deque[tuple[int, int, rawstore.Written, frozenset[str], int]] = deque()
         self._render_failed: set[str] = set()
         self._work_lock = threading.Lock()
         self._wake = threading.Event()
@@ -144,7 +161,15 @@ class Sink:
         #: at the deadline, render the rest anyway if it should take less than this (s): what a
         #: background exporter's start-up would cost (0: stop at the deadline)
         self.finish_within_s = 0.0
+        #: a detached exporter renders what this process leaves (option export "background"):
+        #: operator windows over :data:`INPROCESS_WINDOW_BYTES` are left to it, and after the
+        #: job's last step no window is decoded here at all
+        self.exporter_follows = False
         self.export_seconds = 0.0
+        #: rendering time and compressed window bytes of the iterations with operators rendered
+        #: here (what an iteration's rendering is predicted to cost at a deadline)
+        self._window_seconds = 0.0
+        self._window_bytes = 0
         self.failed = False
         #: set when the process is going away (SIGTERM): if the signal interrupted the main
         #: thread inside an import while this thread, holding the work lock, is importing too
@@ -223,7 +248,9 @@ class Sink:
 
     def close(self) -> None:
         """Stop the thread, write every queued iteration and render every one not yet rendered
-        (until :attr:`deadline`; the rest goes to :attr:`unrendered`)."""
+        (until :attr:`deadline`; the rest goes to :attr:`unrendered`).  With an exporter to
+        follow (:attr:`exporter_follows`) no operator window is decoded here: the iterations
+        that read one are the exporter's, whatever their size."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
@@ -251,6 +278,8 @@ class Sink:
         self._raw.close()
 
     def _note_unrendered(self, index: int) -> None:
+        """Add ``index`` to the [first, last] runs of :attr:`unrendered` (called in iteration
+        order: entries leave :attr:`_todo` from its left only)."""
         runs = self.unrendered
         if runs and runs[-1][1] + 1 == index:
             runs[-1][1] = index
@@ -352,7 +381,7 @@ class Sink:
                 # operator windows (Kineto's files) age with the first iteration naming them
                 for path, size in kinetotrace.new_files(where.segment.parent, streams.get(OPS_STREAM) or ()):
                     self.budget.account(self._unit, path, size)
-                self._todo.append((index, self._unit, where, active))
+                self._todo.append((index, self._unit, where, active, _window_bytes(streams)))
             self.budget.enforce()
             self.written += len(batch)
             while len(self._todo) > MAX_BACKLOG:
@@ -367,25 +396,60 @@ class Sink:
             self._fail(f"internal error while writing iterations: {exc!r}", [i for i, _, _ in batch])
 
     def _export_pending(self, throttle: bool) -> None:
+        """Render what is waiting: on the sink thread (``throttle``) within the CPU duty, the
+        iterations whose windows it may decode (:attr:`exporter_follows`); at :meth:`close`,
+        until the deadline, the ones whose predicted cost fits before it."""
+        if throttle and self.exporter_follows:
+            # nothing is rendered while the job trains when an exporter renders after it: this
+            # thread's Python holds the GIL the training thread needs between its operators
+            # (measured on a 37 ms transformer step: +0.6% per step at a 1% duty, issue 48)
+            return
         while self._todo and not self.failed and self.render:
             if throttle and (self._stop.is_set() or time.monotonic() < self._export_after):
                 return
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 return
-            index, unit, where, active = self._todo.popleft()
+            entry = self._todo.popleft()
+            if not self._renders_here(entry[4], throttle):
+                self._note_unrendered(entry[0])
+                continue
             started = time.perf_counter()
-            self._export_one(index, unit, where, active)
+            try:
+                self._export_one(*entry[:4], cancel=self._stop.is_set if throttle else None)
+            except export.Cancelled:  # the job is ending: whoever renders next renders it whole
+                self._todo.appendleft(entry)
+                return
             spent = time.perf_counter() - started
             self.export_seconds += spent
+            if entry[4]:
+                self._window_seconds += spent
+                self._window_bytes += entry[4]
             self._export_after = time.monotonic() + spent * (1 / EXPORT_DUTY - 1)
 
-    def _export_one(self, index: int, unit: int, where: rawstore.Written, active: frozenset[str]) -> None:
+    def _renders_here(self, window_bytes: int, throttle: bool) -> bool:
+        """May an iteration reading ``window_bytes`` of operator windows be rendered in this
+        process now?"""
+        if not window_bytes:
+            return True
+        if self.exporter_follows:  # the job has ended (nothing renders here before): no window
+            return False
+        if throttle or self.deadline is None:
+            return True
+        # a deadline (a SIGTERM's, an os._exit's): not one that would run past it
+        rate = (self._window_seconds / self._window_bytes if self._window_bytes
+                else PRIOR_S_PER_WINDOW_BYTE)
+        return time.monotonic() + window_bytes * rate <= self.deadline
+
+    def _export_one(self, index: int, unit: int, where: rawstore.Written, active: frozenset[str],
+                    cancel: Callable[[], bool] | None = None) -> None:
         if not self.budget.alive(unit):
             return  # aged away before it was rendered
         try:
             streams = rawstore.read_at(where, self._windows)
             if streams is None:
                 return
+            if cancel is not None and cancel():
+                raise export.Cancelled
             if self._parts_of is not None and streams.get(rawstore.OPS_STREAM):
                 try:
                     found = self._parts_of(streams)  # the writers read the same records (tuples)
@@ -396,11 +460,14 @@ class Sink:
             writers = [(p, spec) for p, spec in self.writers
                        if (p in active or p == export.CORE) and p not in self._render_failed]
             for path, size in export.render_iteration(self.device_dir, self.meta, streams, writers,
-                                                         self._writer_failed, self._noted):
+                                                         self._writer_failed, self._noted, cancel):
                 if not self.budget.account(unit, path, size):
                     path.unlink(missing_ok=True)  # its unit was aged while rendering
             self.budget.enforce()
             self.exported += 1
+        except export.Cancelled:
+            self.parts.pop(index, None)
+            raise
         except OSError as exc:
             self._fail(f"cannot write to {self.device_dir}: {exc.strerror or exc}", rendering=index)
         except Exception as exc:  # never let the thread die silently
@@ -427,7 +494,7 @@ class Sink:
                 f"{max(saved)})" if saved else "no iteration's raw data was saved")
         if lost:
             text += f"; not saved: iteration(s) {', '.join(ranges(lost))}"
-        unrendered = {i for i, _, _, _ in self._todo}
+        unrendered = {entry[0] for entry in self._todo}
         if rendering is not None:  # None was dropped by `&= saved` below anyway
             unrendered.add(rendering)
         unrendered |= {i for first, last in self.unrendered for i in range(first, last + 1)}

@@ -39,6 +39,7 @@ from typing import Any
 
 import attrs
 
+from jobprof.plugin.frames import hide_frame
 from jobprof.plugin.values import Iteration
 from jobprof.runtime.torch_import import when_imported
 
@@ -154,20 +155,31 @@ class StepDetector:
             self._codes.append((method.__code__, True))
 
     # -- installation ----------------------------------------------------------------------
-    def install(self) -> None:
+    #: the mechanisms :meth:`install` puts in place, by name (``bench/mechanisms.py`` times each alone)
+    MECHANISMS = ("module_call", "optimizer_hook", "backward", "grad_scaler")
+
+    def install(self, only: tuple[str, ...] = MECHANISMS) -> None:
         import torch
-        from torch.optim import optimizer as optim_mod
 
         self._grad_enabled = torch.is_grad_enabled
-        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
-        self._wrap_module_call(torch.nn.Module, is_compiling)
         # dynamo compiles every new Python frame run inside a compiled function (after a graph
         # break too): it must skip ours, as it skips torch's own, or it counts frames and graph
         # breaks the program does not have (its frames inside ours are treated as before)
         when_imported("torch._dynamo", self._skip_in_dynamo)
-        self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
-        self._handles.append(optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
+        is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+        if "module_call" in only:
+            self._wrap_module_call(torch.nn.Module, is_compiling)
+        if "optimizer_hook" in only:
+            from torch.optim import optimizer as optim_mod
 
+            self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._optimizer_pre))
+            self._handles.append(optim_mod.register_optimizer_step_post_hook(self._optimizer_post))
+        if "backward" in only:
+            self._wrap_backward(torch, is_compiling)
+        if "grad_scaler" in only:
+            self._wrap_scaler(torch)
+
+    def _wrap_backward(self, torch: Any, is_compiling: Callable[[], bool]) -> None:
         original_backward = torch.autograd.backward
         detector = self
 
@@ -177,6 +189,9 @@ class StepDetector:
             start = _now()
             try:
                 return original_backward(*args, **kwargs)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             finally:
                 detector.on_backward(start, _now())
 
@@ -185,21 +200,27 @@ class StepDetector:
         torch.autograd.backward = backward
         self._restore.append(lambda: setattr(torch.autograd, "backward", original_backward))
 
+    def _wrap_scaler(self, torch: Any) -> None:
         scaler_cls = getattr(getattr(torch, "amp", None), "GradScaler", None)
-        if scaler_cls is not None:
-            original_step = scaler_cls.step
+        if scaler_cls is None:
+            return
+        original_step = scaler_cls.step
+        detector = self
 
-            def scaler_step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-                before = detector.optimizer_steps
-                try:
-                    return original_step(scaler, optimizer, *args, **kwargs)
-                finally:
-                    if detector.optimizer_steps == before:  # inf/NaN grads: step skipped
-                        detector.on_optimizer_step(optimizer, _now(), skipped=True)
+        def scaler_step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+            before = detector.optimizer_steps
+            try:
+                return original_step(scaler, optimizer, *args, **kwargs)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
+            finally:
+                if detector.optimizer_steps == before:  # inf/NaN grads: step skipped
+                    detector.on_optimizer_step(optimizer, _now(), skipped=True)
 
-            self._own_code(scaler_step)
-            scaler_cls.step = scaler_step
-            self._restore.append(lambda: setattr(scaler_cls, "step", original_step))
+        self._own_code(scaler_step)
+        scaler_cls.step = scaler_step
+        self._restore.append(lambda: setattr(scaler_cls, "step", original_step))
 
     def _skip_in_dynamo(self, dynamo: Any, codes: list[tuple[Any, bool]] | None = None) -> None:
         """Dynamo never compiles our frames: a wrapper's (the torch frames it calls are treated
@@ -230,11 +251,17 @@ class StepDetector:
                 if calls is None or not detector.live:
                     try:
                         return original(module, *args, **kwargs)
+                    except BaseException as exc:
+                        hide_frame(exc)
+                        raise
                     finally:
                         local.depth = depth
                 start = _now()
                 try:
                     return original(module, *args, **kwargs)
+                except BaseException as exc:
+                    hide_frame(exc)
+                    raise
                 finally:
                     local.depth = depth
                     calls.add(module, start, _now())
@@ -242,6 +269,9 @@ class StepDetector:
             start = _now()
             try:
                 return original(module, *args, **kwargs)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             finally:
                 local.depth = depth
                 end = _now()
@@ -273,6 +303,9 @@ class StepDetector:
             local.depth = depth + 1
             try:
                 return original(it)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             finally:
                 local.depth = depth
 

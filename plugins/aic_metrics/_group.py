@@ -33,11 +33,17 @@ say how many kernels its operator launched.
 Calibration (the groups that need peaks): once, at the first root-module forward, on the
 device of the module's first parameter (the CPU, or the GPU the model runs on).  Not at
 ``import torch``: a DataLoader worker started with ``spawn`` imports torch too but never runs a
-forward, and CUDA must not be initialised by jobprof before the job does it.  The first
-forward runs after it: its time (about 0.3 s on CPU) is jobprof's own, outside every iteration
-(info.json's ``own_startup_ms``), and it draws its operands from its own seeded generator, never
-from the program's.  The result lands in info.json (``jobprof.calibration``), where ``jobprof
-export`` finds it again.
+forward, and CUDA must not be initialised by jobprof before the job does it.  The peaks are
+measured once per machine and setting and reused (:mod:`jobprof.ops.calcache`: a file in
+``$JOBPROF_CACHE_DIR``, else ``$XDG_CACHE_HOME/jobprof`` or ``~/.cache/jobprof``, keyed by the
+host, CPU, torch build and settings and the device, 30 days at most, never one another
+setting measured): a hit costs a few ms (key and file) before the first forward.  A miss
+measures (about 0.3-2 s on CPU, seconds more with cold libraries), drawing its operands from
+its own seeded generator, never from the program's; the time is jobprof's own, outside every
+iteration (info.json's ``own_startup_ms["calibration"]``).  The result lands in info.json
+(``jobprof.calibration``, with ``source`` ``measured`` / ``cache``, ``cache_file``,
+``measured_at`` and ``cache_note``), where ``jobprof export`` finds it again; a cache that
+cannot be used costs one warning and a measurement, never the job.
 """
 
 from __future__ import annotations
@@ -93,8 +99,9 @@ def no_source(columns: tuple[str, ...]) -> Callable[[Any, Mapping], list]:
 
 
 def calibrate_once(session: PluginSession) -> None:
-    """info.json's ``jobprof.calibration``: the peaks of the device the model runs on, measured at
-    its first root-module forward (the CUDA path is UNVERIFIED on a GPU here)."""
+    """info.json's ``jobprof.calibration``: the peaks of the device the model runs on, from the
+    calibration cache or measured at its first root-module forward (the CUDA path is UNVERIFIED
+    on a GPU here)."""
     import torch
 
     if session.get_info("calibration") is not None:
@@ -118,9 +125,12 @@ def calibrate_once(session: PluginSession) -> None:
 
 
 def _record(session: PluginSession, torch: Any, device: str) -> None:
-    from jobprof.ops.calibrate import calibrate
+    from jobprof.ops.calibrate import calibrate_cached
 
-    result = calibrate(torch, device)  # never raises
+    def warn(text: str) -> None:
+        session.reporter.warning(f"aic_metrics: {text}")
+
+    result = calibrate_cached(torch, device, warn=warn)  # never raises: cache problems are one warning
     session.set_info("calibration", result)
     if "error" in result:
         session.reporter.warning(f"aic_metrics: measuring the peaks of {device} failed ({result['error']}); "

@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from jobprof.plugin import hide_frame
 from jobprof.plugins.dp.channel import Sender
 
 _now = time.monotonic_ns
@@ -33,7 +34,11 @@ class TimedCollate:
 
     def __call__(self, data: Any) -> Any:
         self.collate_start = _now()
-        return self.fn(data)
+        try:
+            return self.fn(data)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
 
     def stamps(self) -> tuple[int, int, int, int]:
         return self.fetch_start, self.collate_start, self.end, self.size
@@ -111,7 +116,11 @@ def timed_fetch(original: Callable[[Any, Any], Any], link: WorkerLink,
         if type(collate) is not TimedCollate:
             collate = fetcher.collate_fn = TimedCollate(collate)
         collate.collate_start = 0
-        batch = original(fetcher, possibly_batched_index)  # StopIteration: no batch, no record
+        try:
+            batch = original(fetcher, possibly_batched_index)  # StopIteration: no batch, no record
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
         end = _now()
         collate.fetch_start, collate.end = start, end
         if not collate.collate_start:

@@ -25,7 +25,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any
 
-from jobprof.plugin import BatchRecord, WorkerFetchRecord
+from jobprof.plugin import BatchRecord, WorkerFetchRecord, hide_frame
 from jobprof.plugins.dp import fetch
 from jobprof.plugins.dp.channel import Receiver
 from jobprof.plugins.dp.records import LoaderRecord
@@ -99,7 +99,11 @@ class LoaderCollector:
         def __init__(it: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
             if getattr(loader, "num_workers", 0) and self._receiver is None:
                 self._open_channel()  # before the workers start: they inherit its address
-            original(it, loader, *args, **kwargs)
+            try:
+                original(it, loader, *args, **kwargs)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             self._register(it)
 
         __init__.__wrapped__ = original  # type: ignore[attr-defined]
@@ -114,7 +118,11 @@ class LoaderCollector:
                 loader = self._register(it)
             before = buffered(it)
             start = _now()
-            data = original(it)
+            try:
+                data = original(it)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             end = _now()
             after = buffered(it)
             worker = it.__dict__.pop("_jobprof_worker", -1)
@@ -188,6 +196,8 @@ class LoaderCollector:
         receiver = self._receiver
         if receiver is not None:  # a batch dequeued by end_ns was sent before it was queued
             receiver.drain()
+        elif not self._batches and not self._fetches:
+            return []  # no DataLoader ran (or none since the last iteration): nothing to build
         pending, batches = self._batches, []
         # one consumer (in order), producers only append: peek-then-pop is safe; later batches
         # (a burst of iterations confirmed together) stay for the next call
@@ -225,7 +235,11 @@ class LoaderCollector:
 def _wrap_process(original: Callable) -> Callable:
     def _process_data(it: Any, data: Any, worker_idx: int, *args: Any, **kwargs: Any) -> Any:
         it.__dict__["_jobprof_worker"] = worker_idx
-        return original(it, data, worker_idx, *args, **kwargs)
+        try:
+            return original(it, data, worker_idx, *args, **kwargs)
+        except BaseException as exc:  # a worker's error, re-raised here
+            hide_frame(exc)
+            raise
 
     _process_data.__wrapped__ = original  # type: ignore[attr-defined]
     return _process_data

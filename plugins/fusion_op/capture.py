@@ -24,7 +24,7 @@ import threading
 import zlib
 from typing import Any
 
-from jobprof.plugin import STEP_MODE_MODEL_ID, CompiledGraphRecord, FusedKernel
+from jobprof.plugin import STEP_MODE_MODEL_ID, CompiledGraphRecord, FusedKernel, hide_frame
 from jobprof.plugins.fusion_op import wrapper
 from jobprof.plugins.fusion_op.records import CompileCountersRecord
 
@@ -73,7 +73,11 @@ class GraphCapture:
 
         @functools.wraps(original)
         def post_compile(graph: Any, *args: Any, **kwargs: Any) -> Any:
-            result = original(graph, *args, **kwargs)
+            try:
+                result = original(graph, *args, **kwargs)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             try:
                 capture._seen(graph, args[2] if len(args) > 2 else kwargs.get("graph_kwargs"))
             except Exception:

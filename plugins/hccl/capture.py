@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jobprof.plugin import CollectiveRecord, Iteration
+from jobprof.plugin import CollectiveRecord, Iteration, hide_frame
 from jobprof.plugins.hccl.collectives import OPERATORS, Collective, chunks
 
 #: records waiting for their iteration (about 1 KB each); beyond this the oldest are dropped
@@ -120,12 +120,20 @@ class Capture:
         wanted = (where(collective.chunk), where(collective.peer), where("async_op"),
                   where("process_group"))
         below, record = self._torch._C._after_autograd_keyset, self._record
-        clock, redispatch = time.monotonic_ns, op.redispatch
+        # the C++ call under OpOverload.redispatch: that Python frame would show in the
+        # traceback of every error a collective raises (unprofiled it has none)
+        handle = getattr(op, "_handle", None)
+        redispatch = getattr(handle, "redispatch_boxed", None) or op.redispatch
+        clock = time.monotonic_ns
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             start = clock()
             # straight to the next kernel (the backend's), not a new dispatch from the top
-            out = redispatch(keyset & below, *args, **kwargs)
+            try:
+                out = redispatch(keyset & below, *args, **kwargs)
+            except BaseException as exc:
+                hide_frame(exc)
+                raise
             try:
                 values = [None if w is None else args[w[0]] if w[0] < len(args)
                           else kwargs.get(w[1], w[2]) for w in wanted]
@@ -144,8 +152,9 @@ class Capture:
         def wait(work: Any, *args: Any, **kwargs: Any) -> Any:
             try:
                 result = original(work, *args, **kwargs)
-            except BaseException:
+            except BaseException as exc:
                 finished(id(work), "wait", failed=True)
+                hide_frame(exc)
                 raise
             finished(id(work), "wait")
             return result

@@ -1,9 +1,11 @@
 """Zero-code-change capture: ``record_function`` and ``torch.cuda.nvtx`` ranges into the recorder.
 
-Both installers wrap the originals (which keep running: the torch profiler and Nsight still
-see everything) and return a function that puts them back.  A wrapper never raises on its
-own account: the recorder swallows its errors, and the original's exception propagates as
-before.  Spans are taken tight: the start after the original's enter, the end before its exit.
+``record_function`` blocks are seen through the core's watch of the class (no wrapper); the
+NVTX calls are wrapped (the originals keep running: Nsight still sees everything).  Each
+installer returns a function that undoes it.  A wrapper never raises on its own account (the
+recorder swallows its errors) and the original's exception propagates as before, without a
+frame of ours in its traceback.  Spans are taken tight: the start after the original's enter,
+the end before its exit.
 """
 
 from __future__ import annotations
@@ -13,77 +15,72 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jobprof.plugin import hide_frame, watch_blocks
 from jobprof.plugins.msproftx.recorder import Recorder
 
 RECORD_FUNCTION_DOMAIN = "record_function"
 NVTX_DOMAIN = "nvtx"
 NVTX_CALLS = ("range_push", "range_pop", "range_start", "range_end", "mark")
-#: per record_function object: [(thread, range id), ...] of its open enters
-_OPEN = "_jobprof_mstx_open"
 
 _thread = threading.get_ident  # pairs enters and exits only: no need for the native id (a syscall)
 Restore = Callable[[], None]
 
 
-def install_record_function(recorder: Recorder, cls: Any) -> Restore:
-    """Record every ``with record_function(name)`` (and its decorator form) as a range.
+class _RangeListener:
+    """Records every ``with record_function(name)`` (and its decorator form) as a range, told of
+    each block by the core's watch of ``record_function`` (:mod:`jobprof.plugin.blocks`): no
+    wrapper of torch's ``__enter__``/``__exit__``, so no frame of ours in the program's
+    tracebacks, and nothing added to the block object.
 
     A decorated function reuses one object for every call, possibly recursively or on several
-    threads at once, so the object keeps a small list of (thread, start) and ``__exit__`` ends
-    the newest enter of its own thread (an ``__exit__`` on another thread, as an interleaving
-    coroutine may do, ends the newest of any thread and is attributed to the exiting thread).
-    """
-    original_enter, original_exit = cls.__dict__["__enter__"], cls.__dict__["__exit__"]
-    now, span = recorder.clock, recorder.span
-    # every open enter, by id of its (thread, start) entry: the exit warning names the blocks
-    # never exited (the entry itself is kept, so its id cannot be reused while listed)
-    still = recorder.open_blocks
+    threads at once, so each object has a small list of (thread, start) and its end closes the
+    newest entry of its own thread (an end on another thread, as an interleaving coroutine may
+    do, closes the newest of any thread and is attributed to the ending thread)."""
 
-    @functools.wraps(original_enter)  # __wrapped__: TorchScript compiles the original's source
-    def __enter__(self: Any) -> Any:
-        result = original_enter(self)
-        # the lean path (several per step on the training thread): a stamp on the object now,
-        # one tuple into the recorder at exit; the record is built off the training thread
-        try:
-            entry = (_thread(), now())
-            opened = self.__dict__.get(_OPEN)
-            if opened is None:
-                self.__dict__[_OPEN] = [entry]
-            else:
-                opened.append(entry)
-            still[id(entry)] = (entry, self.name)
-        except Exception:
-            pass  # e.g. a subclass with __slots__: not recorded
-        return result
+    def __init__(self, recorder: Recorder) -> None:
+        self._now, self._span = recorder.clock, recorder.span
+        # every open entry, by id of its (thread, start) tuple: the exit warning names the
+        # blocks never ended (the tuple itself is kept, so its id cannot be reused while listed)
+        self._still = recorder.open_blocks
+        #: id(block) -> its open entries
+        self._open: dict[int, list[tuple[int, int]]] = {}
 
-    @functools.wraps(original_exit)
-    def __exit__(self: Any, *exc: Any) -> Any:
-        try:
-            opened = self.__dict__.get(_OPEN)
-            if opened:
-                end = now()
-                here = _thread()
-                if opened[-1][0] == here or len(opened) == 1:  # the usual case: one enter
-                    entry = opened.pop()
-                else:  # recursion or interleaving on several threads: this thread's newest
-                    mine = [i for i, entry in enumerate(opened) if entry[0] == here]
-                    entry = opened.pop(mine[-1] if mine else -1)
-                still.pop(id(entry), None)
-                span(RECORD_FUNCTION_DOMAIN, self.name, entry[1], end)
-        except Exception:
-            pass
-        return original_exit(self, *exc)
+    def opened(self, block: Any) -> None:
+        # the lean path (several per step on the training thread): one tuple now, the record
+        # built off the training thread
+        entry = (_thread(), self._now())
+        opened = self._open.get(id(block))
+        if opened is None:
+            self._open[id(block)] = [entry]
+        else:
+            opened.append(entry)
+        self._still[id(entry)] = (entry, block.name)
 
-    cls.__enter__, cls.__exit__ = __enter__, __exit__
+    def ended(self, block: Any) -> None:
+        end = self._now()
+        opened = self._open.get(id(block))
+        if not opened:
+            return
+        here = _thread()
+        if opened[-1][0] == here or len(opened) == 1:  # the usual case: one entry
+            entry = opened.pop()
+        else:  # recursion or interleaving on several threads: this thread's newest
+            mine = [i for i, entry in enumerate(opened) if entry[0] == here]
+            entry = opened.pop(mine[-1] if mine else -1)
+        if not opened:
+            del self._open[id(block)]
+        self._still.pop(id(entry), None)
+        self._span(RECORD_FUNCTION_DOMAIN, block.name, entry[1], end)
 
-    def restore() -> None:
-        # someone may have wrapped ours since: leave theirs (ours is harmless once closed)
-        if cls.__dict__.get("__enter__") is __enter__:
-            cls.__enter__ = original_enter
-        if cls.__dict__.get("__exit__") is __exit__:
-            cls.__exit__ = original_exit
 
-    return restore
+def install_record_function(recorder: Recorder, cls: Any) -> Restore | None:
+    """Record every ``record_function`` block of ``cls`` as a range; None (nothing recorded)
+    when ``cls`` has a ``record`` attribute of its own, which no supported torch has."""
+    blocks, unwatch = watch_blocks(cls, _RangeListener(recorder))
+    if not blocks.installed:
+        unwatch()
+        return None
+    return unwatch
 
 
 def install_nvtx(recorder: Recorder, module: Any) -> Restore:
@@ -96,16 +93,28 @@ def install_nvtx(recorder: Recorder, module: Any) -> Restore:
     handles: dict[Any, int] = {}
 
     def range_push(msg: Any, *args: Any, **kwargs: Any) -> Any:
-        result = originals["range_push"](msg, *args, **kwargs)
+        try:
+            result = originals["range_push"](msg, *args, **kwargs)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
         recorder.push(NVTX_DOMAIN, msg)
         return result
 
     def range_pop(*args: Any, **kwargs: Any) -> Any:
         recorder.pop(NVTX_DOMAIN)
-        return originals["range_pop"](*args, **kwargs)
+        try:
+            return originals["range_pop"](*args, **kwargs)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
 
     def range_start(msg: Any, *args: Any, **kwargs: Any) -> Any:
-        handle = originals["range_start"](msg, *args, **kwargs)
+        try:
+            handle = originals["range_start"](msg, *args, **kwargs)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
         range_id = recorder.range_start(NVTX_DOMAIN, msg)
         if range_id:
             try:
@@ -120,10 +129,18 @@ def install_nvtx(recorder: Recorder, module: Any) -> Restore:
         except TypeError:
             ours = 0
         recorder.range_end(ours)
-        return originals["range_end"](range_id, *args, **kwargs)
+        try:
+            return originals["range_end"](range_id, *args, **kwargs)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
 
     def mark(msg: Any, *args: Any, **kwargs: Any) -> Any:
-        result = originals["mark"](msg, *args, **kwargs)
+        try:
+            result = originals["mark"](msg, *args, **kwargs)
+        except BaseException as exc:
+            hide_frame(exc)
+            raise
         recorder.mark(NVTX_DOMAIN, msg)
         return result
 
@@ -146,7 +163,9 @@ def install(recorder: Recorder, torch: Any, restores: list[Restore], cuda: bool 
     """Install every capture the options allow, appending each undo function to ``restores``
     as soon as it exists; ``cuda``/``nvtx_module`` override detection (tests without CUDA)."""
     if recorder.allows(RECORD_FUNCTION_DOMAIN):
-        restores.append(install_record_function(recorder, torch.autograd.profiler.record_function))
+        restore = install_record_function(recorder, torch.autograd.profiler.record_function)
+        if restore is not None:
+            restores.append(restore)
     if recorder.allows(NVTX_DOMAIN):
         if cuda is None:
             try:
