@@ -324,9 +324,12 @@ def test_raw_lines_hold_what_orjson_refuses_as_json_dumps_writes_it(tmp_path: Pa
     writer = rawstore.RawWriter(device)
     cases = {1: {"s": [{"big": 2**70}]}, 2: {"s": [{"k": {1: "one"}}]}, 3: {"s": [{"v": "\udcff"}]},
              4: {"s": [{"v": float("nan"), "w": "é"}]}, 5: {"s": [[1, 2], {"a": None}]}}
-    writer.append_many(list(cases.items()))
+    its = {i: {"iteration": [{"index": i, "start_ns": 10 * i, "end_ns": 10 * i + 5, "method": "optimizer"}]}
+           for i in cases}
+    writer.append_many([(i, {**its[i], **streams}) for i, streams in cases.items()])
     writer.close()
     back = dict(rawstore.read(device))
+    assert sorted(back) == sorted(cases), back
     assert back[1]["s"] == [{"big": 2**70}] and back[2]["s"] == [{"k": {"1": "one"}}], back
     assert back[3]["s"] == [{"v": "\udcff"}] and back[4]["s"] == [{"v": None, "w": "é"}], back
-    assert back[5] == cases[5], back
+    assert back[5] == {**its[5], **cases[5]}, back
