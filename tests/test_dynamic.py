@@ -555,7 +555,7 @@ def test_a_request_file_is_trusted_only_as_the_job_wrote_it(tmp_path):
 
 
 FILE_WORK = """
-import threading, time, torch
+import json, threading, time, torch
 from collections import Counter
 from jobprof.files import control
 seen = Counter()
@@ -569,7 +569,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 end = time.monotonic() + 2.0
 while time.monotonic() < end:
     opt.zero_grad(); model(torch.ones(2, 4)).sum().backward(); opt.step(); time.sleep(0.005)
-print(dict((f"{k[0]} {k[1]}", v) for k, v in seen.items()))
+print(json.dumps({f"{k[0]} {k[1]}": v for k, v in seen.items()}))
 """
 
 
@@ -583,7 +583,7 @@ def test_the_training_thread_leaves_the_control_folder_to_its_own_thread(tmp_pat
     done = subprocess.run([sys.executable, str(tmp_path / "job.py")], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    seen = eval(done.stdout.strip().splitlines()[-1])  # noqa: S307 (the job's own dict)
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
     # MainThread: the first poll (it makes the folder); jobprof-control: ~20 listings in 2 s
     assert seen.get("entries MainThread", 0) <= 1 and seen.get("entries jobprof-control", 0) >= 10, seen
     # the statuses while it trains are that thread's (the last one, as the job ends, is not)
