@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 #: values that look like an attempt to switch profiling on (the .pth line lists them too)
 LOOKALIKES = ("true", "1", "yes", "on", "y", "t", "enable", "enabled")
@@ -29,9 +30,10 @@ def run() -> None:
         if sys.argv and os.path.basename(sys.argv[0]) == "jobprof":
             return  # the CLI reads profiles; it is never a profiled job itself
         try:
+            started_ns = time.monotonic_ns()  # jobprof's start-up: info.json bootstrap_ms
             from jobprof.runtime.bootstrap import start
 
-            start(dynamic=mode == "dynamic")
+            start(dynamic=mode == "dynamic", started_ns=started_ns)
         except Exception as exc:  # the job comes first, whatever went wrong in here
             sys.stderr.write(f"jobprof: profiling disabled: internal error at start-up: {exc!r}\n")
         return

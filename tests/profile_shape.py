@@ -79,7 +79,7 @@ MASK = "<masked>"
 _VOLATILE_KEY = re.compile(
     r"^(pid|tid|thread|stream[ _]?id|hostname|os|cpucores|memorytotal|ai_core_num|aic_frequency|"
     r"collection(date|time)(begin|end)|"
-    r"clockmonotonic(raw)?|time_base_ns|own_startup_ms|export_seconds|seconds|filesize|"
+    r"clockmonotonic(raw)?|time_base_ns|own_startup_ms|bootstrap_ms|export_seconds|seconds|filesize|"
     r"output)$", re.IGNORECASE)
 # Rule 5: files whose rows jobprof sorts by a time column.
 _RANKED_BY_TIME = re.compile(r"^(op_statistic|communication_statistic)_")

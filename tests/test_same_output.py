@@ -58,6 +58,8 @@ is still the old version's):
   peaks came from (``source``, ``cache_file``, ``measured_at``, ``cache_note``,
   ``other_cpu_share``), masked whole by rule 3 (a run measures or reads the cache by what
   ran before it).
+- issue 48 (start-up measured whole): info.json's ``bootstrap_ms`` (jobprof's imports, plugins
+  and options before the session began), masked by rule 3.
 
 Cases:
 - ``mlp``: examples/train_mlp.py, 3 steps, no DataLoader workers (with workers, the order of

@@ -10,6 +10,7 @@ import atexit
 import json
 import os
 import sys
+import time
 
 import attrs
 
@@ -25,11 +26,14 @@ from jobprof.runtime.torch_import import when_imported
 STRICT_ENV = "JOBPROF_STRICT"
 
 
-def start(environ: os._Environ | dict = os.environ, dynamic: bool = False) -> Session | None:
+def start(environ: os._Environ | dict = os.environ, dynamic: bool = False,
+          started_ns: int | None = None) -> Session | None:
     """Entry point from the autoload; returns the session, or None when running unprofiled.
 
     ``dynamic`` (``PROFILING_MODE=dynamic``): the session runs the step tier only, and a
-    :class:`~jobprof.runtime.dynamic.Controller` captures the rest on request."""
+    :class:`~jobprof.runtime.dynamic.Controller` captures the rest on request.  ``started_ns``
+    (``time.monotonic_ns()`` as the autoload began): the time to here, jobprof's imports, plugins
+    and options, goes in info.json as ``bootstrap_ms``."""
     if _state.SESSION is not None:
         return _state.SESSION
     manager = PluginManager()
@@ -60,6 +64,8 @@ def start(environ: os._Environ | dict = os.environ, dynamic: bool = False) -> Se
                                   "ignored (this job is profiled whole)")
         session = Session(outcome.config, manager, composed.owners)
     _state.SESSION = session
+    if started_ns is not None:
+        session.info["bootstrap_ms"] = round((time.monotonic_ns() - started_ns) / 1e6, 3)
     atexit.register(session.finish, "exit")
     # os._exit and exec skip atexit: the session ends before them
     exits.install(session.finish, session.pid)

@@ -27,6 +27,8 @@ def test_calibration_is_jobprofs_start_up_not_iteration_one(tmp_path):
     # the calibration ran at the first root forward, and all of it is on jobprof's bill
     assert startup["calibration"] >= 0.9 * calibration_ms > 0, (startup, calibration_ms)
     assert "operator capture start" in startup, startup
+    # and before the session began: jobprof's imports, plugins and options, timed from the autoload
+    assert 0 < info["bootstrap_ms"] < 60_000, info.get("bootstrap_ms")
     # iteration 1's forward started after it: FP→BP holds the job's forward+backward only
     first = step_trace_rows(prof)[1]
     assert float(first["FP to BP Time(us)"]) / 1e3 < calibration_ms / 2, (first, calibration_ms)
