@@ -660,6 +660,10 @@ _COMMAND_MODULES = ("check", "control", "diff", "export", "importer", "kineto", 
                     "summary")
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(prof: Path, phase: str, sig: int = signal.SIGINT,
                group: bool = False) -> tuple[int, str, set[int]]:
     """Run `jobprof summary --json --jobs 2` on ``prof``, send ``sig`` once it is seen in ``phase``
@@ -687,8 +691,11 @@ def _interrupt(prof: Path, phase: str, sig: int = signal.SIGINT,
     assert out_size <= 1 << 16, out_size  # a page, 64 KiB at most: far less than the JSON
     err_r, err_w = _tiny_pipe()[:2] if phase in ("importing", "reading") else os.pipe()
     env = clean_env(PYTHONPROFILEIMPORTTIME="1") if phase == "importing" else clean_env()
+    # SIGINT at its default in the command, as a terminal's command has it: a test run started in
+    # the background by a non-interactive shell (`cmd &`) ignores SIGINT, and a child inherits that
     proc = subprocess.Popen([str(exe), "summary", "--json", "--jobs", "2", str(prof)], env=env,
-                            stdout=out_w, stderr=err_w, start_new_session=group)
+                            stdout=out_w, stderr=err_w, start_new_session=group,
+                            preexec_fn=_default_sigint)
     os.close(out_w)
     os.close(err_w)
     seen: set[int] = set()
