@@ -25,7 +25,6 @@ from __future__ import annotations
 import errno
 import io
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Callable
@@ -203,7 +202,7 @@ def make_unique_dir(parent: Path, prefix: str, root: Path | None = None) -> Path
     fd = open_dir(parent, root)
     try:
         while True:
-            name = f"{prefix}{os.getpid()}.{secrets.token_hex(4)}"
+            name = f"{prefix}{os.getpid()}.{os.urandom(4).hex()}"
             try:
                 os.mkdir(name, DIR_MODE, dir_fd=fd)
                 return parent / name
@@ -350,7 +349,7 @@ class StreamedFile:
     def _new_temp(self) -> int:
         base = f".{self.path.name}.{os.getpid()}"
         for attempt in range(64):
-            name = f"{base}.tmp" if attempt == 0 else f"{base}.{secrets.token_hex(4)}.tmp"
+            name = f"{base}.tmp" if attempt == 0 else f"{base}.{os.urandom(4).hex()}.tmp"
             try:
                 fd = os.open(name, _NEW_FLAGS, FILE_MODE, dir_fd=self._dir)
             except FileExistsError:
