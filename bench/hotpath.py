@@ -29,14 +29,15 @@ import atexit, json, runpy, sys, threading, time
 from jobprof.runtime import session as S, steps as D
 timings = {}
 
-def wrap(owner, name):
-    original = getattr(owner, name)
+def wrap(owner, name, key=None):
+    original = owner.__dict__[name]
+    key = key or name
     def timed(*args, **kwargs):
         start = time.perf_counter_ns()
         try:
             return original(*args, **kwargs)
         finally:
-            timings.setdefault(name, []).append(time.perf_counter_ns() - start)
+            timings.setdefault(key, []).append(time.perf_counter_ns() - start)
     setattr(owner, name, timed)
 
 wrap(S.Session, "on_iteration")
@@ -88,8 +89,12 @@ if "dp" in sys.argv[1] or "msproftx" in sys.argv[1]:
         own_time(L._BaseDataLoaderIter, "__next__", "dp next()")
         own_time(L._MultiProcessingDataLoaderIter, "_process_data", "dp _process_data")
     if '"msproftx"' in sys.argv[1]:
-        own_time(torch.autograd.profiler.record_function, "__enter__", "msproftx record_function")
-        own_time(torch.autograd.profiler.record_function, "__exit__", "msproftx record_function")
+        # msproftx sees record_function blocks through a descriptor on their ``record`` (no
+        # wrapper of torch's code): its __set__ (a block opens) and __get__ (it ends) are all
+        # jobprof's own
+        from jobprof.plugin import blocks as B
+        for name in ("__get__", "__set__"):
+            wrap(B._RecordSlot, name, "msproftx record_function")
 atexit.register(lambda: print("HOTPATH " + json.dumps(timings), file=sys.stderr))
 sys.argv = [sys.argv[2], *sys.argv[3:]]
 runpy.run_path(sys.argv[0], run_name="__main__")
