@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
 #: values that look like an attempt to switch profiling on (the .pth line lists them too)
 LOOKALIKES = ("true", "1", "yes", "on", "y", "t", "enable", "enabled")
@@ -30,6 +29,8 @@ def run() -> None:
         if sys.argv and os.path.basename(sys.argv[0]) == "jobprof":
             return  # the CLI reads profiles; it is never a profiled job itself
         try:
+            import time
+
             started_ns = time.monotonic_ns()  # jobprof's start-up: info.json bootstrap_ms
             from jobprof.runtime.bootstrap import start
 
