@@ -51,6 +51,38 @@ def clean_env(extra: Mapping[str, str] | None = None,
     return env
 
 
+#: the line a Python child started with :func:`own_peak_env` writes to stderr as it exits
+OWN_PEAK_LINE = "jobprof-bench-vmhwm-kb"
+_OWN_PEAK_SITE = (
+    "import atexit, os, sys\n"
+    "def _own_peak():\n"
+    "    try:\n"
+    "        for line in open('/proc/self/status'):\n"
+    "            if line.startswith('VmHWM:'):\n"
+    f"                os.write(2, ('{OWN_PEAK_LINE} %s\\n' % line.split()[1]).encode())\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "atexit.register(_own_peak)\n")
+
+
+def own_peak_env(env: Mapping[str, str], folder: Path) -> dict[str, str]:
+    """``env`` for Python children that report their own peak RSS as they exit (VmHWM, through a
+    ``sitecustomize`` in ``folder``): ``wait4``'s ru_maxrss is floored at the harness's own size,
+    which Linux carries across fork and exec into the child (546 MB once the harness imported
+    torch); VmHWM is the exec'd process's own.  Read it back with :func:`own_peak_kb`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_OWN_PEAK_SITE)
+    paths = [str(folder), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
+
+
+def own_peak_kb(stderr: str) -> int | None:
+    """The largest peak (KiB) reported in ``stderr`` by a child of :func:`own_peak_env` and the
+    Python processes it started (its workers), or None when none reported (``os._exit``)."""
+    found = [int(line.split()[1]) for line in stderr.splitlines() if line.startswith(OWN_PEAK_LINE + " ")]
+    return max(found) if found else None
+
+
 @dataclass(frozen=True)
 class Timed:
     wall_s: float

@@ -3,7 +3,9 @@
 Arms per input and round, alternating: ``jobprof import`` (every file written: op_summary,
 task_time, timelines, hccl, facts; ``--jobs 1``, and ``--jobs 2`` for a folder of ranks) and HTA
 0.5's ``TraceAnalysis(trace_dir)`` + ``get_temporal_breakdown()`` (a subprocess each; HTA's own
-parse runs one process per rank).  Peak RSS of each child from ``wait4``.
+parse runs one process per rank).  Peak RSS of each child: its own VmHWM as it exits
+(``common.own_peak_env``; the largest of it and the Python processes it spawns: a forked worker,
+as HTA's, reports none).
 
 Inputs: the real A100 NCCL trace (``tests/data/hta``, 40,573 events), HTA's 2-rank sampled
 traces (a folder of ranks), and a large trace made of the NCCL trace's own steps repeated
@@ -30,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from common import own_peak_env, own_peak_kb
 
 ROOT = Path(__file__).resolve().parent.parent
 HTA = ROOT / "tests" / "data" / "hta"
@@ -89,7 +93,8 @@ def _child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
     if proc.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed ({proc.returncode}): {err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    own = own_peak_kb(err)  # wait4's ru_maxrss is floored at this harness's own size
+    return wall, (own if own is not None else usage.ru_maxrss) / 1024
 
 
 def _events(paths: list[Path]) -> tuple[int, int]:
@@ -115,7 +120,8 @@ def run(rounds: int, big_copies: int) -> dict[str, Any]:
             subprocess.run([sys.executable, __file__, "--make-big", str(big_copies), str(scratch)],
                            check=True)
             inputs[f"nccl x{big_copies} (large)"] = [scratch / "big_rank0.json.gz"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PROFILING_", "JOBPROF_"))}
+        env = own_peak_env({k: v for k, v in os.environ.items()
+                            if not k.startswith(("PROFILING_", "JOBPROF_"))}, scratch / "peak")
         out: dict[str, Any] = {"rounds": rounds, "inputs": {}}
         for name, paths in inputs.items():
             folder = scratch / ("in-" + str(len(out["inputs"])))
