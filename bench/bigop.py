@@ -18,8 +18,8 @@ Rows (medians over rounds): whole-process wall time added, jobprof's (and inline
 window (Kineto's disable and save, inside the optimizer step that ends it, timed by the job)
 over torch.profiler's stop and ``export_chrome_trace`` of the same operators <= 1.0; the exit:
 from the end of the job's last step (it prints the time) to the process's end, jobprof's <= 2 s
-(base's shown); the peak RSS of the process (``wait4``'s ru_maxrss: this harness imports no
-torch, so its own size, a floor carried into the child, is far below either arm's) jobprof /
+(base's shown); the peak RSS of the process (its own VmHWM, ``common.own_peak_env``: wait4's
+ru_maxrss is floored at the harness's size, which a full ``run.py`` grows past 500 MB) jobprof /
 torch <= 1.0. Printed whatever the outcome.
 """
 
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env
+from common import HarnessError, clean_env, own_peak_env, own_peak_kb
 
 ARMS = ("base", "jobprof", "inline", "torch")
 TARGETS = {"time": 1.0, "rss": 1.0, "exit_s": 2.0}
@@ -82,8 +82,9 @@ def _once(arm: str, n: int, work: Path) -> dict[str, float]:
             options["export"] = "inline"
         env.update(PROFILING_MODE="true", PROFILING_OPTIONS=json.dumps(options))
     began = time.perf_counter()
-    child = subprocess.Popen([sys.executable, str(script), str(n), trace], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen([sys.executable, str(script), str(n), trace],
+                             env=own_peak_env(env, work / "peak"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
     _, status, usage = os.wait4(child.pid, 0)
     ended = time.time()
     wall = time.perf_counter() - began
@@ -95,7 +96,8 @@ def _once(arm: str, n: int, work: Path) -> dict[str, float]:
     if not last:
         raise HarnessError(f"bigop {arm}: no 'last' line in its output:\n{stdout[-2000:]}")
     cut = [float(line.split()[1]) for line in stdout.splitlines() if line.startswith("cut ")]
-    result = {"wall_s": wall, "rss_mb": usage.ru_maxrss / 1024, "exit_s": ended - last[0], "cut_s": cut[0]}
+    result = {"wall_s": wall, "rss_mb": (own_peak_kb(stderr) or usage.ru_maxrss) / 1024,
+              "exit_s": ended - last[0], "cut_s": cut[0]}
     if arm == "jobprof":  # what the exporter does after the job, timed apart
         began = time.perf_counter()
         jobprof = Path(sys.executable).with_name("jobprof")

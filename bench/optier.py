@@ -24,7 +24,8 @@ a trace per step and its events carry ``Input Dims``.
 
 ``run_memory``: the tiny model profiled with task_trace on for 200 and for 2000 iterations, one
 process each; the training phase's peak RSS (printed by the driver) and the whole process's
-(``wait4``, export at exit included).  Target: the 2000-iteration peak at most 50 MB above.
+(its own VmHWM, export at exit included: ``common.own_peak_env``).
+Target: the 2000-iteration peak at most 50 MB above.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import HarnessError, clean_env, summary, timed_run
+from common import HarnessError, clean_env, own_peak_env, own_peak_kb, summary, timed_run
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = Path(__file__).resolve().parent / "_optier_job.py"
@@ -248,10 +249,10 @@ def notes(result: dict[str, Any]) -> list[str]:
 
 def _peak_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
     """The driver-reported training peak (KiB) and live Python blocks / GC objects at the loop's
-    end, the whole process's peak (KiB, from wait4) and its wall time."""
+    end, the whole process's peak (KiB, its own VmHWM: ``common.own_peak_env``) and its wall time."""
     with open(cwd / "mem.out", "w") as out, open(cwd / "mem.err", "w") as err:
         began = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=err)
+        proc = subprocess.Popen(cmd, env=own_peak_env(env, cwd / "peak"), cwd=cwd, stdout=out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - began
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -263,7 +264,7 @@ def _peak_rss(cmd: list[str], env: dict[str, str], cwd: Path) -> dict[str, Any]:
         raise HarnessError("memory run did not report its RSS")
     fields = line.split()
     return {"train_peak_kb": int(fields[1]), "python_blocks": int(fields[3]), "gc_objects": int(fields[5]),
-            "process_peak_kb": usage.ru_maxrss, "wall_s": wall}
+            "process_peak_kb": own_peak_kb((cwd / "mem.err").read_text()) or usage.ru_maxrss, "wall_s": wall}
 
 
 def run_memory(short: int = 200, long: int = 2000, repeats: int = 1) -> dict[str, Any]:
