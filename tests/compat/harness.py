@@ -43,6 +43,10 @@ OPTION_SETS: dict[str, dict[str, str]] = {
     # on the step tier alone (the sampler thread)
     "memory": {**STEP_TIER, "task_trace": "l1", "task_memory": "on"},
     "memory_step": {**STEP_TIER, "task_memory": "on"},
+    # every host value (host_sys, host_sys_usage at its default 50 Hz: a sampler thread, perf
+    # trace where the machine lets it run) and runtime_api (a CPU job has none: one line)
+    "host": {**STEP_TIER, "host_sys": "cpu,mem,disk,network,osrt", "host_sys_usage": "cpu,mem",
+             "runtime_api": "on"},
     # compiled programs only (tests/compat/test_compile.py): Inductor emits a profiler range per
     # C++ kernel, a different compile of the same graph
     "kernels": {**STEP_TIER, "task_trace": "on", "fusion_op": "kernels"},

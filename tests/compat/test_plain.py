@@ -38,7 +38,8 @@ def option_sets(shape: str) -> tuple[str, ...]:
     one task_memory on the step tier; every third row (legs too) runs task_memory with the
     operator tier (Kineto's memory profiling differs between torch releases), and every third
     (legs too) dynamic mode with a trigger firing all through the run (Kineto started and
-    stopped mid-run)."""
+    stopped mid-run); the rows of memory_step also run every host value with runtime_api
+    (``host``: samplers that do not depend on torch's release, so not in the legs)."""
     index = [row[0] for row in ROWS].index(shape)
     skipped = ("aic", "l0")[index % 2]
     sets = tuple(s for s in DEFAULT_SETS if s != skipped)
@@ -51,6 +52,8 @@ def option_sets(shape: str) -> tuple[str, ...]:
         sets += ("memory",)
     if index % 3 == 2 and full:
         sets += ("memory_step",)
+    if index % 3 == 2 and full:  # the dataloader row among them: its workers' CPU
+        sets += ("host",)
     return sets
 
 
@@ -70,7 +73,7 @@ def test_plain_loop(tmp_path, shape, n, method):
         # no step skipped: each scaler.step was a true optimizer step
         scales = {line.split()[2] for line in base.stdout.splitlines() if line.startswith("scale ")}
         assert len(scales) == 1, scales
-    check_all(base, runs, steps, method, extra=[memory_files])
+    check_all(base, runs, steps, method, extra=[memory_files, host_files])
 
 
 def memory_files(base, run) -> None:
@@ -84,3 +87,17 @@ def memory_files(base, run) -> None:
     assert len(records) == len(steps) > 0, (run.label, len(records), len(steps))
     operators = sorted(summary.glob("operator_memory_*.csv"))
     assert bool(operators) == (run.label == "memory"), (run.label, len(operators))
+
+
+def host_files(base, run) -> None:
+    """host_sys / host_sys_usage: each file for every iteration, with rows."""
+    if run.label != "host":
+        return
+    summary = run.prof_dir() / "device_0" / "summary"
+    steps = sorted(summary.glob("step_trace_*.csv"))
+    for name in ("host_cpu_usage", "host_mem_usage", "host_disk_usage", "host_network_usage",
+                 "cpu_usage", "process_cpu_usage", "sys_mem", "process_mem"):
+        files = sorted(summary.glob(f"{name}_*.csv"))
+        assert len(files) == len(steps) > 0, (name, len(files), len(steps))
+        assert all(len(f.read_text().splitlines()) > 1 for f in files), name
+    assert not list(summary.glob("api_statistic_*.csv")), "a CPU job has no runtime API"
