@@ -41,6 +41,9 @@ ARMS: dict[str, tuple[str | None, dict[str, Any], float | None]] = {
     "dynamic, step tier, every trigger armed": ("dynamic", {**STEP_TIER, "trigger": TRIGGERS}, 1.01),
     "operator tier l1, 1 iteration in 20": ("true", {"training_trace": "on", "task_trace": "l1",
                                                      "task_trace_every": 20}, 1.05),
+    # issue 49: every host value at 50 Hz (host_sys_usage_freq's default) on the step tier
+    "step tier + every host value": ("true", {**STEP_TIER, "host_sys": "cpu,mem,disk,network,osrt",
+                                              "host_sys_usage": "cpu,mem"}, 1.01),
 }
 
 
@@ -54,7 +57,8 @@ def _env(mode: str | None, options: dict[str, Any], output: Path) -> dict[str, s
 #: every option that collects on this machine (issue 48's start-up target: <= 100 ms before iteration 1)
 EVERY_OPTION = {"training_trace": "on", "task_trace": "l1", "hccl": "on", "aicpu": "on", "dp": "on",
                 "aic_metrics": "PipeUtilization", "l2": "on", "msproftx": "on", "fusion_op": "on",
-                "kineto_trace": "on", "task_memory": "on"}
+                "kineto_trace": "on", "task_memory": "on", "host_sys": "cpu,mem,disk,network,osrt",
+                "host_sys_usage": "cpu,mem", "runtime_api": "on"}
 START_TARGET_MS = 100.0
 
 
