@@ -1,0 +1,172 @@
+"""host_sys osrt: real perf runs on a real child process (tests/… skip only where perf cannot run)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jobprof.plugin import ClockAnchor, Config, ExportContext, Iteration, Timeline
+from jobprof.plugins.host_sys import osrt
+from jobprof.plugins.host_sys.osrt import (
+    HEADER,
+    OSRT_STREAM,
+    OsrtError,
+    OsrtTracer,
+    SyscallRecord,
+    add_to_master,
+    render_os_runtime_statistic,
+)
+
+SLEEPS, STATS = 6, 9
+#: waits 0.4 s so the tracer's start (≈0.25 s) is over, then stamps each call on its own clock
+CHILD = f"""
+import os, time
+time.sleep(0.4)
+for _ in range({SLEEPS}):
+    a = time.monotonic_ns(); time.sleep(0.05); b = time.monotonic_ns(); print("sleep", a, b, flush=True)
+for _ in range({STATS}):
+    a = time.monotonic_ns(); os.stat("/"); b = time.monotonic_ns(); print("stat", a, b, flush=True)
+print("pid", os.getpid(), flush=True)
+"""
+
+needs_perf = pytest.mark.skipif(osrt.available() is not None, reason=f"perf cannot run: {osrt.available()}")
+
+
+Stamps = dict[str, list[tuple[int, int]]]
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[SyscallRecord], Stamps]:
+    folder = tmp_path_factory.mktemp("osrt")
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    tracer = OsrtTracer()
+    try:
+        tracer.start(child.pid, folder)
+        out = child.communicate(timeout=60)[0]
+        end = time.monotonic_ns()
+        calls = tracer.take(0, end)
+    finally:
+        tracer.stop()
+        child.kill()
+    assert tracer.notes == []
+    assert not any(folder.iterdir()), "the tracer leaves no perf data behind"
+    stamps: dict[str, list[tuple[int, int]]] = {"sleep": [], "stat": []}
+    for line in out.splitlines():
+        kind, *values = line.split()
+        if kind in stamps:
+            stamps[kind].append((int(values[0]), int(values[1])))
+    stamps["pid"] = [(child.pid, child.pid)]
+    return calls, stamps
+
+
+def _matching(calls: list[SyscallRecord], name: str, spans: list[tuple[int, int]]) -> list[SyscallRecord]:
+    """The call of ``name`` inside each span the program stamped around it (one each: the clocks
+    are the same, so the program's stamps enclose the kernel's)."""
+    found = []
+    for a, b in spans:
+        inside = [c for c in calls if c.name == name and a <= c.start_ns <= c.end_ns <= b]
+        assert len(inside) == 1, (name, a, b, inside)
+        found.append(inside[0])
+    return found
+
+
+@needs_perf
+def test_sleeps_counted_timed_and_aligned(traced):
+    calls, stamps = traced
+    sleeps = [c for c in calls if c.name == "clock_nanosleep"]
+    assert len(sleeps) == SLEEPS  # the startup sleep was running when perf attached: not a call
+    matched = _matching(calls, "clock_nanosleep", stamps["sleep"])
+    for call, (a, b) in zip(matched, stamps["sleep"], strict=True):
+        assert abs(call.dur_ns - 50_000_000) < 3_000_000
+        # the same clock: the call lies within the program's own stamps, within 2 ms
+        assert a - 2_000_000 <= call.start_ns and call.end_ns <= b + 2_000_000
+        assert abs(call.start_ns - a) < 2_000_000 and abs(b - call.end_ns) < 2_000_000
+        assert call.pid == call.tid == stamps["pid"][0][0]
+
+
+@needs_perf
+def test_stats_counted_and_aligned(traced):
+    calls, stamps = traced
+    stats = _matching(calls, "newfstatat" if any(c.name == "newfstatat" for c in calls) else "statx",
+                      stamps["stat"])
+    assert len(stats) == STATS
+    for call, (a, b) in zip(stats, stamps["stat"], strict=True):
+        assert a - 2_000_000 <= call.start_ns <= call.end_ns <= b + 2_000_000
+
+
+@needs_perf
+def test_csv_from_the_traced_calls(traced):
+    calls, _ = traced
+    anchor = ClockAnchor.now()
+    raw = [list(c) for c in calls]  # as the stream stores them
+    ctx = ExportContext(0, Iteration(1, 0, time.monotonic_ns(), "explicit"), os.getpid(),
+                        {OSRT_STREAM: json.loads(json.dumps(raw))}, anchor, Config({"output": "."}))
+    text = render_os_runtime_statistic(ctx)
+    assert text is not None
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == HEADER
+    sleep_rows = [r for r in rows[1:] if r[3] == "clock_nanosleep"]
+    assert len(sleep_rows) == 1
+    durs = [c.dur_ns for c in calls if c.name == "clock_nanosleep"]
+    row = dict(zip(HEADER, sleep_rows[0], strict=True))
+    assert row["Device_id"] == "host" and int(row["Count"]) == len(durs) == SLEEPS
+    assert float(row["Time(us)"]) == pytest.approx(sum(durs) / 1000, abs=0.001)
+    assert float(row["Avg(us)"]) == pytest.approx(sum(durs) / len(durs) / 1000, abs=0.001)
+    assert float(row["Max(us)"]) == pytest.approx(max(durs) / 1000, abs=0.001)
+    assert float(row["Min(us)"]) == pytest.approx(min(durs) / 1000, abs=0.001)
+    for key in {(r[1], r[2]) for r in rows[1:]}:  # a thread's shares add up to 100
+        assert sum(float(r[4]) for r in rows[1:] if (r[1], r[2]) == key) == pytest.approx(100, abs=0.1)
+
+
+def test_statistic_rows_and_timeline_from_known_records():
+    t0 = time.monotonic_ns()
+    calls = [SyscallRecord("futex", t0, 3_000, 10, 11), SyscallRecord("futex", t0 + 10_000, 1_000, 10, 11),
+             SyscallRecord("read", t0 + 20_000, 4_000, 10, 11), SyscallRecord("read", t0, 500, 10, 12)]
+    rows = osrt.statistic_rows(calls)
+    assert rows == [
+        ["host", 10, 11, "futex", "50.00", "4.000", 2, "2.000", "3.000", "1.000"],
+        ["host", 10, 11, "read", "50.00", "4.000", 1, "4.000", "4.000", "4.000"],
+        ["host", 10, 12, "read", "100.00", "0.500", 1, "0.500", "0.500", "0.500"],
+    ]
+    ctx = ExportContext(0, Iteration(1, t0, t0 + 30_000, "explicit"), 10,
+                        {OSRT_STREAM: [list(c) for c in calls]}, ClockAnchor.now(),
+                        Config({"output": ".", "timeline_max_events": 3}))
+    timeline = Timeline(10)
+    add_to_master(ctx, timeline)
+    spans = [e for e in timeline.events if e["ph"] == "X"]
+    assert len(spans) == 3 and ctx.notes and "capped at 3" in ctx.notes[0]
+    names = [m["args"]["name"] for m in timeline.metadata if m["name"] == "process_name"]
+    assert names == [osrt.LAYER]
+
+
+def test_no_stream_no_file():
+    ctx = ExportContext(0, Iteration(1, 0, 1, "explicit"), 1, {}, ClockAnchor.now(), None)
+    assert render_os_runtime_statistic(ctx) is None
+
+
+def test_unavailable_gives_the_reason(tmp_path, monkeypatch):
+    monkeypatch.setenv(osrt.PERF_ENV, str(tmp_path / "no-such-perf"))
+    reason = osrt.available()
+    assert reason is not None and "perf not found" in reason and "install" in reason
+    assert OsrtTracer.available() == reason
+    with pytest.raises(OsrtError, match="perf not found"):
+        OsrtTracer().start(os.getpid(), tmp_path)
+
+
+@needs_perf
+def test_refuses_a_linked_folder(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(OsrtError, match="link"):
+        OsrtTracer().start(os.getpid(), link)
+    assert not any(Path(real).iterdir())
