@@ -243,6 +243,8 @@ def records_of(trace: Mapping[str, Any], offset_ns: int, shapes: bool,
             device = _int(args.get("device"), _int(e.get("pid"), 0))
             if kind in _DEVICE_CATS:
                 corr = link = _int(args.get("correlation"), 0)
+            else:  # a range's own call (cuda_sync: the synchronising runtime call), never a launch
+                corr = _int(args.get("correlation"), 0)
             extra = {k: v for k, v in args.items() if k not in _PLACED} or None
         else:
             if kind in _LAUNCH_CATS:

@@ -289,12 +289,25 @@ def _is_amd(props: Mapping[str, Any]) -> bool:
     return "AMD" in name or "Radeon" in name or "Instinct" in name or props.get("warpSize") == 64
 
 
-def options(found_any_nccl: bool, found_any_tx: bool, output: str) -> dict[str, Any]:
+#: Kineto's categories of API calls (HIP's on ROCm are read as the same)
+API_CATEGORIES = ("cuda_runtime", "cuda_driver")
+
+
+def has_api_calls(built: Built) -> bool:
+    """The trace file holds CUDA runtime or driver calls (runtime_api then has data)."""
+    categories = built.provenance.get("categories") or {}
+    return any(categories.get(c) for c in API_CATEGORIES)
+
+
+def options(found_any_nccl: bool, found_any_tx: bool, output: str,
+            found_any_api: bool = False) -> dict[str, Any]:
     """The options of a live job that would have written what the import writes."""
     return {"output": output, "training_trace": "on", "task_trace": "on",
             # host-side time per operator, [host] on those that launched no device work
             "aicpu": "on",
             "hccl": "on" if found_any_nccl else "off", "msproftx": "on" if found_any_tx else "off",
+            # CUDA runtime / driver calls (HIP's): api_statistic and the timeline's API layer
+            "runtime_api": "on" if found_any_api else "off",
             # the iteration as Kineto's trace format again (`jobprof kineto`, HTA)
             "kineto_trace": "on"}
 

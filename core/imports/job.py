@@ -275,7 +275,8 @@ def run(inputs: Sequence[Path], output: Path, jobs: int = 1,
                                 time.perf_counter() - began)
             time_base = min(b.first_ns for r in built for b in r.built) // 10**9 * 10**9
             config = build.options(any(b.collectives for r in built for b in r.built),
-                                   any(b.ranges for r in built for b in r.built), str(output))
+                                   any(b.ranges for r in built for b in r.built), str(output),
+                                   any(build.has_api_calls(b) for r in built for b in r.built))
             for r in built:
                 assert r.facts is not None  # set with the first built file
                 build.write_metadata(staging / f"device_{r.rank}", r.facts, list(r.built), r.rank, world,

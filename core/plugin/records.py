@@ -84,7 +84,8 @@ class OpRecord(NamedTuple):
     kind: str
     #: the GPU of device work, -1 on the host
     device: int = -1
-    #: CUPTI's correlation id of a runtime call (its launch), or 0
+    #: CUPTI's correlation id of a runtime call (its launch), of device work (its launch's), of a
+    #: device range (``cuda_sync``: the synchronising call's), or 0
     corr: int = 0
     #: of device work: the correlation id of the launch that queued it, or 0
     link: int = 0

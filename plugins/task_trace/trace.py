@@ -14,7 +14,9 @@ Master timeline layers:
   same process: ranges, not tasks (op_summary does not list them).
 * ``HostToDevice`` flows from each task's host call (CPU job: the task's own operator; CUDA:
   the runtime call that launched the kernel) to the task; the ``f`` end has exactly the
-  (pid, tid, ts) of the task's event, which is how readers join them.
+  (pid, tid, ts) of the task's event, which is how readers join them.  With ``runtime_api``
+  on, the runtime and driver calls are that plugin's ``API`` layer, not drawn here again: the
+  flows start on its events (:func:`_api_events`, the same tracks and cap as runtime_api's).
 * ``Overlap Analysis`` (label ``NPU <dev>``): ``Computing`` (non-communication tasks),
   ``Communication`` (communication tasks and the ``hccl`` stream's collectives),
   ``Communication(Not Overlapped)`` and ``Free`` over the iteration, stretched over the device
@@ -37,8 +39,10 @@ from jobprof.plugin import (
     ExportContext,
     OpRecord,
     Timeline,
+    assign_lanes,
     device_label,
     events_text,
+    lane_tid,
     opview,
     records_of,
 )
@@ -62,6 +66,10 @@ LIMIT_KEY = "timeline_max_events"
 DEFAULT_LIMIT = 500_000
 #: master-timeline events per task beside its host call: the task and its flow's two ends
 _PER_TASK = 3
+#: runtime_api's layer of the master timeline (jobprof.plugins.runtime_api.writer): with that
+#: option on, the API calls are drawn there, not in the CANN layer
+API_PROCESS = "API"
+API_KINDS = ("cuda_runtime", "cuda_driver")
 
 
 def event_limit(ctx: ExportContext) -> int:
@@ -151,6 +159,25 @@ def _host_lanes(view: opview.OpView) -> dict[int, int]:
     return out
 
 
+def _api_events(ctx: ExportContext, records: list[OpRecord]) -> dict[int, tuple[int, float]] | None:
+    """With ``runtime_api`` on: the (tid, ts) of the API-layer event runtime_api draws for each
+    runtime / driver call (by record index), as it draws them: in start order, the first
+    ``timeline_max_events``, overlapping calls of a thread on lanes; None when it is off."""
+    if ctx.config is None or not ctx.config.is_on("runtime_api"):
+        return None
+    api = sorted((i for i, r in enumerate(records) if r.kind in API_KINDS), key=lambda i: records[i].start)
+    api = api[:event_limit(ctx)]
+    by_thread: dict[int, list[int]] = {}
+    for i in api:
+        by_thread.setdefault(records[i].tid, []).append(i)
+    out = {}
+    for tid, indices in by_thread.items():
+        lanes = assign_lanes([(records[i].start, records[i].start + records[i].dur) for i in indices])
+        for i, lane in zip(indices, lanes, strict=True):
+            out[i] = (lane_tid(tid, lane), ctx.to_us(records[i].start))
+    return out
+
+
 def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     """The CANN host layer, the device tasks, HostToDevice flows and Overlap Analysis."""
     view = opview.view(ctx)
@@ -160,10 +187,13 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     records = view.records
     offset = ctx.axis.offset_ns
     host_pid = timeline.process(HOST_PROCESS, HOST_LABEL)
+    api = _api_events(ctx, records)
     # host calls only: not the device work, nor Kineto's projections of ranges onto GPU
-    # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream
+    # streams (gpu_user_annotation, cuda_profiler_range), whose "thread" is a stream; nor the
+    # API calls when runtime_api draws them
     host = [i for i, r in enumerate(records) if r.kind not in opview.DEVICE_KINDS
-            and not r.kind.startswith(opview.DEVICE_RANGE_PREFIXES)]
+            and not r.kind.startswith(opview.DEVICE_RANGE_PREFIXES)
+            and (api is None or r.kind not in API_KINDS)]
     # an op-heavy iteration (LBFGS: ~170,000 tasks) keeps the time prefix that fits the limit
     limit = event_limit(ctx)
     task_starts = [t.start for t in tab.tasks] if tab is not None else []
@@ -202,7 +232,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
          "tid": tid, "ts": t, "dur": r.dur / 1000, "ph": "X"}
         for r, t, tid in zip(hosts, ts, tracks, strict=True)]
     if tab is not None:
-        _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events)
+        _add_tasks(ctx, timeline, view, tab, n_tasks, host_pid, track, ts_of, events, api)
     texts = [events_text(events)]
     if view.has_device:
         _add_device_ranges(ctx, timeline, records, cut, texts)
@@ -216,8 +246,9 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
 
 def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab: TaskTable, count: int,
                host_pid: int, track: dict[int, int], ts_of: dict[int, float],
-               events: list[dict]) -> None:
-    """The first ``count`` tasks (all, unless the iteration is capped) and their flows."""
+               events: list[dict], api: dict[int, tuple[int, float]] | None = None) -> None:
+    """The first ``count`` tasks (all, unless the iteration is capped) and their flows (from the
+    API layer's event of the launch when runtime_api draws it: ``api``)."""
     pid = timeline.process(DEVICE_PROCESS, device_label(ctx.device_id))
     _device_threads(timeline, pid, tab)
     events += [{"name": n, "pid": pid, "tid": sid, "ts": ts, "dur": d,
@@ -229,11 +260,17 @@ def _add_tasks(ctx: ExportContext, timeline: Timeline, view: opview.OpView, tab:
     records = view.records
     tasks = tab.tasks[:count]
     sources = [view.launch_of(t) for t in tasks] if view.has_device else [t.index for t in tasks]
+    api_pid = timeline.process(API_PROCESS, HOST_LABEL) if api else 0
     for flow, (source, sid, ts) in enumerate(zip(sources, tab.streams[:count], tab.ts[:count], strict=True)):
-        if source not in ts_of:
-            continue  # a kernel whose launch was not recorded (-1)
-        events.append({"name": FLOW_CAT, "cat": FLOW_CAT, "id": flow, "ph": "s", "pid": host_pid,
-                       "tid": track.get(source, records[source].tid), "ts": ts_of[source]})
+        if api and source in api:
+            api_tid, api_ts = api[source]
+            events.append({"name": FLOW_CAT, "cat": FLOW_CAT, "id": flow, "ph": "s", "pid": api_pid,
+                           "tid": api_tid, "ts": api_ts})
+        elif source in ts_of:
+            events.append({"name": FLOW_CAT, "cat": FLOW_CAT, "id": flow, "ph": "s", "pid": host_pid,
+                           "tid": track.get(source, records[source].tid), "ts": ts_of[source]})
+        else:
+            continue  # a kernel whose launch was not recorded (-1), or not drawn (capped)
         events.append({"name": FLOW_CAT, "cat": FLOW_CAT, "id": flow, "ph": "f", "bp": "e", "pid": pid,
                        "tid": sid, "ts": ts})
 
