@@ -1,0 +1,347 @@
+"""The host sampler: the job's processes and the host's CPU, memory and network, at up to 50 Hz.
+
+One daemon thread (``jobprof-host``) takes a :class:`Sample` every ``1 / host_sys_usage_freq``
+seconds, and the training thread takes one more at each iteration's hand-over when the program
+has not run since the iteration's end (stamped as the iteration's last instant, as task_memory's
+sampler does), so that the counters of every iteration are exact deltas of cumulative counters.
+
+What one sample reads (only what the options ask for), each a ``pread`` of a file kept open:
+
+* the job's processes (the rank's process and every descendant: DataLoader workers and other
+  children): CPU time (the rank's own process: ``clock_gettime(CLOCK_PROCESS_CPUTIME_ID)``, ns;
+  a child: ``/proc/<pid>/stat`` utime + stime, clock ticks), ``/proc/<pid>/statm`` (size,
+  resident, shared pages) and ``/proc/<pid>/io`` (``rchar``/``wchar``: everything read and
+  written through read/write system calls, page cache included; ``read_bytes``/``write_bytes``:
+  what went to or came from storage);
+* ``/proc/stat`` (every core's tick counters), ``/proc/meminfo``, ``/proc/net/dev``.
+
+The list of descendants comes from psutil (``Process.children(recursive=True)``, a scan of
+/proc), refreshed at most once a second by the thread, never per sample.  A process that exits
+between samples is dropped.  psutil's own per-sample reads (``Process.oneshot()`` with
+``cpu_times``, ``memory_info``, ``io_counters``) cost 3.4x the kept-open ``pread`` per process
+(36 against 10.5 us, measured; figures in docs/plugins/host_sys.md), which would put the thread
+near 1% of a core at 50 Hz with two DataLoader workers: so the hot path reads the files itself.
+
+The sampler's own CPU (its thread's ``time.thread_time_ns()`` and the hand-over samples' on the
+training thread) is kept in every sample (``own_ns``) so that the rank's CPU is shown without it,
+and jobprof's share as jobprof's.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections import deque
+from typing import Any, NamedTuple
+
+from jobprof.plugin import Iteration
+
+#: a hand-over this close to the iteration's end samples the iteration's end state
+END_SLACK_NS = 1_000_000
+#: the descendants are listed again after this long (a scan of /proc)
+REFRESH_NS = 1_000_000_000
+#: samples kept waiting for their iteration (10 minutes at 50 Hz: older ones are dropped)
+KEEP = 30_000
+#: the fields of /proc/meminfo a sample keeps (kB; HugePages_* in pages)
+MEMINFO = (
+    "MemTotal",
+    "MemFree",
+    "MemAvailable",
+    "Buffers",
+    "Cached",
+    "Shmem",
+    "CommitLimit",
+    "Committed_AS",
+    "HugePages_Total",
+    "HugePages_Free",
+)
+_MEMINFO_RE = re.compile(rb"^(" + "|".join(MEMINFO).encode() + rb"):\s+(\d+)", re.M)
+#: the name torch gives a DataLoader worker process (torch >= 2.3: ``_set_thread_name``)
+WORKER_COMM = "pt_data_worker"
+_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+
+
+class CoreTicks(NamedTuple):
+    """One ``cpu`` line of /proc/stat (USER_HZ ticks; guest time is inside user)."""
+
+    user: int
+    nice: int
+    system: int
+    idle: int
+    iowait: int
+    irq: int
+    softirq: int
+    steal: int
+
+
+class ProcSample(NamedTuple):
+    """One process in one sample (-1: not read, or not readable)."""
+
+    pid: int
+    name: str
+    label: str
+    cpu_ns: int
+    vms: int
+    rss: int
+    shared: int
+    rchar: int
+    wchar: int
+    read_bytes: int
+    write_bytes: int
+
+
+class Sample(NamedTuple):
+    ns: int
+    own_ns: int
+    procs: tuple[ProcSample, ...]
+    cores: tuple[tuple[str, CoreTicks], ...] | None
+    mem: dict[str, int] | None
+    net: dict[str, tuple[int, int]] | None
+
+
+def _open(path: str) -> int:
+    try:
+        return os.open(path, _FLAGS)
+    except OSError:
+        return -1
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class _Proc:
+    """A process of the job, with its /proc files kept open."""
+
+    __slots__ = ("io", "label", "name", "pid", "stat", "statm")
+
+    def __init__(self, pid: int, name: str, cpu: bool, mem: bool, disk: bool, own: bool = False) -> None:
+        self.pid, self.name, self.label = pid, name, ""
+        base = f"/proc/{pid}"
+        self.stat = _open(f"{base}/stat") if cpu and not own else -1
+        self.statm = _open(f"{base}/statm") if mem else -1
+        self.io = _open(f"{base}/io") if disk else -1
+
+    def close(self) -> None:
+        for fd in (self.stat, self.statm, self.io):
+            _close(fd)
+        self.stat = self.statm = self.io = -1
+
+
+class HostSampler:
+    """Samples what ``what`` names (``cpu``, ``mem``, ``disk``, ``network``, ``cores``,
+    ``meminfo``) at ``freq`` Hz and hands each iteration its samples."""
+
+    def __init__(self, psutil: Any, what: frozenset[str], freq: int) -> None:
+        self._psutil = psutil
+        self.what = what
+        self.freq = freq
+        self._cpu, self._mem, self._disk = "cpu" in what, "mem" in what, "disk" in what
+        self._pid = os.getpid()
+        self._tick_ns = 1_000_000_000 // (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+        self.page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+        self._me = psutil.Process(self._pid)
+        self._self = _Proc(self._pid, self._me.name(), self._cpu, self._mem, self._disk, own=True)
+        self._children: dict[int, _Proc] = {}
+        self._refreshed = 0
+        self._stat = _open("/proc/stat") if "cores" in what else -1
+        self._meminfo = _open("/proc/meminfo") if "meminfo" in what else -1
+        self._netdev = _open("/proc/net/dev") if "network" in what else -1
+        self._samples: deque[Sample] = deque(maxlen=KEEP)
+        self._lock = threading.RLock()  # reentrant: a SIGTERM handler may end the session in here
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_ns = 0  # the sampler thread's CPU (its thread_time)
+        self._handover_ns = 0  # the hand-over samples' CPU, on the training thread
+        self.count = 0  # samples taken (both threads)
+        self.sample_wall_ns = 0  # wall time inside sample() (both threads)
+        self.started_ns = time.monotonic_ns()
+        self.stopped_ns = 0
+        self.failed = ""
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.started_ns = time.monotonic_ns()
+        self._thread = threading.Thread(target=self._run, name="jobprof-host", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread() and os.getpid() == self._pid:
+            thread.join(1.0)
+        self.stopped_ns = self.stopped_ns or time.monotonic_ns()
+        if os.getpid() == self._pid:
+            with self._lock:
+                for proc in (self._self, *self._children.values()):
+                    proc.close()
+                self._children.clear()
+                for fd in (self._stat, self._meminfo, self._netdev):
+                    _close(fd)
+                self._stat = self._meminfo = self._netdev = -1
+
+    def _run(self) -> None:
+        period = 1.0 / self.freq
+        due = time.monotonic() + period
+        try:
+            # on a fixed schedule (a late sample does not delay the next ones)
+            while not self._stop.wait(max(0.0, due - time.monotonic())):
+                due = max(due + period, time.monotonic() + period / 2)
+                if time.monotonic_ns() - self._refreshed >= REFRESH_NS:
+                    self._refresh()
+                self.sample()
+                self._thread_ns = time.thread_time_ns()
+        except Exception as exc:  # a sampler that cannot read stops; the iterations keep what they had
+            self.failed = f"{type(exc).__name__}: {exc}"
+        self._thread_ns = time.thread_time_ns()
+
+    def _refresh(self) -> None:
+        """List the job's descendants again (psutil scans /proc): open the new ones' files, read
+        every name again (a forked DataLoader worker renames itself), number the workers."""
+        psutil = self._psutil
+        found: dict[int, Any] = {}
+        try:
+            for child in self._me.children(recursive=True):
+                found[child.pid] = child
+        except psutil.Error:
+            return
+        with self._lock:
+            self._refreshed = time.monotonic_ns()
+            for pid in [p for p in self._children if p not in found]:
+                self._children.pop(pid).close()
+            workers = []
+            for pid, child in found.items():
+                try:
+                    name = child.name()
+                    created = child.create_time()
+                except psutil.Error:
+                    continue
+                proc = self._children.get(pid)
+                if proc is None:
+                    proc = self._children[pid] = _Proc(pid, name, self._cpu, self._mem, self._disk)
+                proc.name = name
+                if name == WORKER_COMM:
+                    workers.append((created, pid))
+                else:
+                    proc.label = ""
+            for n, (_, pid) in enumerate(sorted(workers)):
+                self._children[pid].label = f"DataLoader worker {n}"
+
+    # -- one sample ------------------------------------------------------------------------------
+
+    @property
+    def handover_ns(self) -> int:
+        return self._handover_ns
+
+    def own_ns(self) -> int:
+        """jobprof's sampling CPU so far (ns): the thread's and the hand-over samples'."""
+        return self._thread_ns + self._handover_ns
+
+    def handover(self, at: int) -> None:
+        """On the training thread, at an iteration's hand-over: a sample stamped ``at``; its
+        CPU counts as jobprof's."""
+        cpu0 = time.thread_time_ns()
+        self.sample(at)
+        self._handover_ns += time.thread_time_ns() - cpu0
+
+    def sample(self, at: int | None = None) -> None:
+        """Take one sample now (any thread), stamped now or ``at`` (monotonic ns)."""
+        wall0 = time.perf_counter_ns()
+        with self._lock:
+            procs = [self._read(self._self, time.process_time_ns() if self._cpu else -1)]
+            gone = []
+            for proc in self._children.values():
+                try:
+                    procs.append(self._read(proc, -1))
+                except OSError:  # it exited (ESRCH): not an error
+                    gone.append(proc.pid)
+            for pid in gone:
+                self._children.pop(pid).close()
+            cores = self._cores() if self._stat >= 0 else None
+            mem = self._read_meminfo() if self._meminfo >= 0 else None
+            net = self._net() if self._netdev >= 0 else None
+            ns = time.monotonic_ns() if at is None else at
+            self._samples.append(Sample(ns, self.own_ns(), tuple(procs), cores, mem, net))
+            self.count += 1
+        self.sample_wall_ns += time.perf_counter_ns() - wall0
+
+    def _read(self, proc: _Proc, cpu_ns: int) -> ProcSample:
+        if proc.stat >= 0:
+            data = os.pread(proc.stat, 1024, 0)
+            fields = data[data.rfind(b")") + 2 :].split()
+            cpu_ns = (int(fields[11]) + int(fields[12])) * self._tick_ns
+        vms = rss = shared = -1
+        if proc.statm >= 0:
+            m = os.pread(proc.statm, 256, 0).split()
+            vms, rss, shared = int(m[0]), int(m[1]), int(m[2])
+        rchar = wchar = read_bytes = write_bytes = -1
+        if proc.io >= 0:
+            # rchar, wchar, syscr, syscw, read_bytes, write_bytes, cancelled_write_bytes: the
+            # kernel's fixed order (proc_pid_io_accounting), each "name: value"
+            io = os.pread(proc.io, 512, 0).split()
+            rchar, wchar, read_bytes, write_bytes = int(io[1]), int(io[3]), int(io[9]), int(io[11])
+        return ProcSample(
+            proc.pid, proc.name, proc.label, cpu_ns, vms, rss, shared, rchar, wchar, read_bytes, write_bytes
+        )
+
+    def _cores(self) -> tuple[tuple[str, CoreTicks], ...]:
+        out = []
+        for line in os.pread(self._stat, 1 << 20, 0).splitlines():
+            if not line.startswith(b"cpu"):
+                break
+            fields = line.split()
+            name = fields[0][3:].decode() or "Avg"
+            out.append((name, CoreTicks._make(int(v) for v in fields[1:9])))
+        return tuple(out)
+
+    def _read_meminfo(self) -> dict[str, int]:
+        found = _MEMINFO_RE.findall(os.pread(self._meminfo, 1 << 16, 0))
+        return {key.decode(): int(value) for key, value in found}
+
+    def _net(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for line in os.pread(self._netdev, 1 << 16, 0).splitlines()[2:]:
+            name, _, rest = line.partition(b":")
+            fields = rest.split()
+            if len(fields) >= 9:
+                out[name.strip().decode()] = (int(fields[0]), int(fields[8]))
+        return out
+
+    # -- hand-over -------------------------------------------------------------------------------
+
+    def take(self, iteration: Iteration) -> list[dict[str, Any]]:
+        """The samples taken during ``iteration``, oldest first, after the last one before it
+        (``"before": true``); older ones are dropped.  The first and last carry each core's
+        tick counters by kind (``cpu_detail``), the others each core's busy and total ticks."""
+        start, end = iteration.start_ns, iteration.end_ns
+        with self._lock:
+            samples = self._samples
+            while len(samples) > 2 and samples[1].ns < start and samples[2].ns < start:
+                samples.popleft()
+            kept = sorted((s for s in samples if s.ns < end), key=lambda s: s.ns)
+        earlier = [s for s in kept if s.ns < start]
+        chosen = earlier[-1:] + [s for s in kept if s.ns >= start]
+        out = []
+        for i, s in enumerate(chosen):
+            record: dict[str, Any] = {"ns": s.ns, "own_ns": s.own_ns, "procs": [p._asdict() for p in s.procs]}
+            if s.ns < start:
+                record["before"] = True
+            if s.cores is not None:
+                record["cores"] = {
+                    name: {"busy": sum(t) - t.idle - t.iowait, "total": sum(t)} for name, t in s.cores
+                }
+                if i == 0 or i == len(chosen) - 1:
+                    record["cpu_detail"] = {name: t._asdict() for name, t in s.cores}
+            if s.mem is not None:
+                record["mem"] = dict(s.mem)
+            if s.net is not None:
+                record["net"] = {name: {"recv": r, "sent": t} for name, (r, t) in s.net.items()}
+            out.append(record)
+        return out

@@ -1,0 +1,419 @@
+"""host_sys's files (msprof's names and columns) and the master timeline's usage layers.
+
+Every value is a delta of cumulative counters between two samples of the iteration's stream
+(:mod:`jobprof.plugins.host_sys.sampler`), the first one the last sample before the iteration.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from jobprof.plugin import NA, ExportContext, WorkerFetchRecord, records_of
+
+if TYPE_CHECKING:
+    from jobprof.plugin import Timeline
+
+#: the sampler's stream and the per-iteration facts of the host (cores, page size, link speeds)
+SAMPLES = "host_samples"
+HOST = "host_facts"
+#: jobprof's own sampling, shown beside the rank's process
+SAMPLER = "jobprof (sampler)"
+
+CPU_HEADER = ["Device_id", "Total Cpu Numbers", "Occupied Cpu Numbers", "Recommend Cpu Numbers"]
+MEM_HEADER = ["Device_id", "Total Memory(KB)", "Peak Used Memory(KB)", "Recommend Memory(KB)"]
+DISK_HEADER = [
+    "Device_id",
+    "Peak Disk Read(KB/s)",
+    "Recommend Disk Read(KB/s)",
+    "Peak Disk Write(KB/s)",
+    "Recommend Disk Write(KB/s)",
+]
+NETWORK_HEADER = [
+    "Device_id",
+    "Netcard Speed(KB/s)",
+    "Peak Used Speed(KB/s)",
+    "Recommend Speed(KB/s)",
+    "Netcard",
+]
+CPU_USAGE_HEADER = ["Device_id", "Cpu Type", "User(%)", "Sys(%)", "IoWait(%)", "Irq(%)", "Soft(%)", "Idle(%)"]
+PROCESS_CPU_HEADER = ["Device_id", "PID", "Name", "CPU(%)"]
+SYS_MEM_HEADER = [
+    "Device_id",
+    "Memory Total(kB)",
+    "Memory Free(kB)",
+    "Buffers(kB)",
+    "Cached(kB)",
+    "Share Memory(kB)",
+    "Commit Limit(kB)",
+    "Committed AS(kB)",
+    "Huge Pages Total(pages)",
+    "Huge Pages Free(pages)",
+]
+SYS_MEM_KEYS = (
+    "MemTotal",
+    "MemFree",
+    "Buffers",
+    "Cached",
+    "Shmem",
+    "CommitLimit",
+    "Committed_AS",
+    "HugePages_Total",
+    "HugePages_Free",
+)
+PROCESS_MEM_HEADER = ["Device_id", "PID", "Name", "Size(pages)", "Resident(pages)", "Shared(pages)"]
+
+
+# -- reading the stream ----------------------------------------------------------------------------
+
+
+def samples(streams: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """The iteration's samples, oldest first, the one before it included (``"before": true``)."""
+    out = [
+        s
+        for s in streams.get(SAMPLES, ())
+        if isinstance(s, dict) and isinstance(s.get("ns"), int) and isinstance(s.get("procs"), list)
+    ]
+    out.sort(key=lambda s: s["ns"])
+    return out
+
+
+def host(streams: Mapping[str, list[Any]]) -> dict[str, Any]:
+    for record in streams.get(HOST, ()):
+        if isinstance(record, dict):
+            return record
+    return {}
+
+
+def during(taken: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [s for s in taken if not s.get("before")]
+
+
+def labels(streams: Mapping[str, list[Any]], taken: list[dict[str, Any]]) -> dict[int, str]:
+    """pid -> the name a process is shown by: ``DataLoader worker N`` (N from the dp plugin's
+    records when it ran, else the sampler's numbering of torch's ``pt_data_worker``
+    processes), else ``<process name> (<pid>)``."""
+    out: dict[int, str] = {}
+    for s in taken:
+        for p in s["procs"]:
+            out[p["pid"]] = p.get("label") or f"{p.get('name', '?')} ({p['pid']})"
+    fetches = records_of(streams, WorkerFetchRecord)
+    several = len({f.loader for f in fetches}) > 1
+    for f in fetches:
+        if f.pid is not None and f.pid in out:
+            out[f.pid] = (
+                f"DataLoader {f.loader} worker {f.worker}" if several else f"DataLoader worker {f.worker}"
+            )
+    return out
+
+
+def span(taken: list[dict[str, Any]]) -> int:
+    """Wall ns from the first sample (the one before the iteration) to the last."""
+    return taken[-1]["ns"] - taken[0]["ns"] if len(taken) >= 2 else 0
+
+
+def proc_deltas(taken: list[dict[str, Any]], field: str) -> dict[int, int]:
+    """pid -> how much ``field`` (a cumulative counter) grew from the process's first sample in
+    ``taken`` to its last (a process seen once: 0)."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for s in taken:
+        for p in s["procs"]:
+            value = p.get(field, -1)
+            if isinstance(value, int) and value >= 0:
+                first.setdefault(p["pid"], value)
+                last[p["pid"]] = value
+    return {pid: max(0, last[pid] - first[pid]) for pid in last}
+
+
+def own_delta(taken: list[dict[str, Any]]) -> int:
+    return max(0, taken[-1].get("own_ns", 0) - taken[0].get("own_ns", 0)) if len(taken) >= 2 else 0
+
+
+def rank_pid(taken: list[dict[str, Any]]) -> int | None:
+    return taken[-1]["procs"][0]["pid"] if taken and taken[-1]["procs"] else None
+
+
+def cpu_shares(taken: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
+    """(pid, name, CPU %) of each job process over the iteration (100: one core), the rank's
+    without jobprof's sampling, which is its own row (``jobprof (sampler)``)."""
+    wall = span(taken)
+    if wall <= 0:
+        return []
+    names = {p["pid"]: p.get("name", "?") for s in taken for p in s["procs"]}
+    cpu = proc_deltas(taken, "cpu_ns")
+    me, own = rank_pid(taken), own_delta(taken)
+    out = []
+    for pid, used in cpu.items():
+        if pid == me:
+            used = max(0, used - own)
+        out.append((pid, names[pid], 100 * used / wall))
+    if me is not None and me in cpu:
+        out.append((me, SAMPLER, 100 * own / wall))
+    return out
+
+
+def _f(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _kb_s(delta: int, ns: int) -> float:
+    return delta / 1024 / (ns / 1e9) if ns > 0 else 0.0
+
+
+def peak_rate(taken: list[dict[str, Any]], total: Any) -> float:
+    """The highest rate (KB/s) between consecutive samples of a cumulative total ``total(s)``."""
+    best = 0.0
+    for a, b in itertools.pairwise(taken):
+        x, y = total(a), total(b)
+        if x is not None and y is not None and b["ns"] > a["ns"]:
+            best = max(best, _kb_s(y - x, b["ns"] - a["ns"]))
+    return best
+
+
+def job_total(field: str) -> Any:
+    """A sample's total of ``field`` over the job's processes (None: not read)."""
+
+    def total(s: dict[str, Any]) -> int | None:
+        values = [p.get(field, -1) for p in s["procs"]]
+        values = [v for v in values if isinstance(v, int) and v >= 0]
+        return sum(values) if values else None
+
+    return total
+
+
+def job_rate_peak(taken: list[dict[str, Any]], field: str) -> float:
+    """The job's peak rate of ``field`` (KB/s), each interval summing the processes present at
+    both of its ends (a process that starts or ends is not a jump)."""
+    best = 0.0
+    for a, b in itertools.pairwise(taken):
+        before = {p["pid"]: p.get(field, -1) for p in a["procs"]}
+        grown = 0
+        for p in b["procs"]:
+            x, y = before.get(p["pid"], -1), p.get(field, -1)
+            if x >= 0 and y >= 0:
+                grown += max(0, y - x)
+        if b["ns"] > a["ns"]:
+            best = max(best, _kb_s(grown, b["ns"] - a["ns"]))
+    return best
+
+
+# -- files -----------------------------------------------------------------------------------------
+
+
+def _enough(ctx: ExportContext, key: str) -> list[dict[str, Any]] | None:
+    taken = samples(ctx.streams)
+    if len(taken) < 2 or not any(key in s or key == "procs" for s in taken):
+        return None
+    return taken
+
+
+def render_host_cpu(ctx: ExportContext) -> str | None:
+    taken = _enough(ctx, "procs")
+    if taken is None or "cpu" not in host(ctx.streams).get("host_sys", ()):
+        return None
+    wall = span(taken)
+    used = sum(proc_deltas(taken, "cpu_ns").values())
+    occupied = used / wall if wall > 0 else 0.0
+    cpus = host(ctx.streams).get("cpus") or NA
+    return ctx.csv(CPU_HEADER, [[ctx.device_id, cpus, _f(occupied), NA]])
+
+
+def render_host_mem(ctx: ExportContext) -> str | None:
+    taken = _enough(ctx, "procs")
+    facts = host(ctx.streams)
+    if taken is None or "mem" not in facts.get("host_sys", ()):
+        return None
+    page = facts.get("page") or 4096
+    rss = [job_total("rss")(s) for s in during(taken)]
+    peak = max((r for r in rss if r is not None), default=None)
+    total = facts.get("mem_total_kb") or NA
+    return ctx.csv(MEM_HEADER, [[ctx.device_id, total, NA if peak is None else peak * page // 1024, NA]])
+
+
+def render_host_disk(ctx: ExportContext) -> str | None:
+    taken = _enough(ctx, "procs")
+    if taken is None or "disk" not in host(ctx.streams).get("host_sys", ()):
+        return None
+    read = job_rate_peak(taken, "read_bytes")
+    write = job_rate_peak(taken, "write_bytes")
+    return ctx.csv(DISK_HEADER, [[ctx.device_id, _f(read), NA, _f(write), NA]])
+
+
+def render_host_network(ctx: ExportContext) -> str | None:
+    taken = _enough(ctx, "net")
+    facts = host(ctx.streams)
+    if taken is None or "network" not in facts.get("host_sys", ()):
+        return None
+    speeds = facts.get("speed_mbps") or {}
+    names = sorted({n for s in taken for n in s.get("net") or {}})
+    rows = []
+    for name in names:
+
+        def both(s: dict[str, Any], name: str = name) -> int | None:
+            nic = (s.get("net") or {}).get(name)
+            return nic["recv"] + nic["sent"] if nic else None
+
+        speed = speeds.get(name) or 0
+        rows.append(
+            [
+                ctx.device_id,
+                _f(speed * 1e6 / 8 / 1024) if speed > 0 else NA,
+                _f(peak_rate(taken, both)),
+                NA,
+                name,
+            ]
+        )
+    return ctx.csv(NETWORK_HEADER, rows)
+
+
+def _core_order(name: str) -> tuple[int, int]:
+    return (1, 0) if name == "Avg" else (0, int(name) if name.isdigit() else 0)
+
+
+def render_cpu_usage(ctx: ExportContext) -> str | None:
+    taken = [s for s in samples(ctx.streams) if s.get("cpu_detail")]
+    if len(taken) < 2:
+        return None
+    a, b = taken[0]["cpu_detail"], taken[-1]["cpu_detail"]
+    rows = []
+    for name in sorted(set(a) & set(b), key=_core_order):
+        d = {k: b[name].get(k, 0) - a[name].get(k, 0) for k in b[name]}
+        total = sum(d.values())
+        if total <= 0:
+            rows.append([ctx.device_id, name, *[NA] * 6])
+            continue
+        pct = {k: 100 * v / total for k, v in d.items()}
+        rows.append(
+            [
+                ctx.device_id,
+                name,
+                _f(pct.get("user", 0) + pct.get("nice", 0)),
+                _f(pct.get("system", 0)),
+                _f(pct.get("iowait", 0)),
+                _f(pct.get("irq", 0)),
+                _f(pct.get("softirq", 0)),
+                _f(pct.get("idle", 0)),
+            ]
+        )
+    return ctx.csv(CPU_USAGE_HEADER, rows)
+
+
+def render_process_cpu(ctx: ExportContext) -> str | None:
+    taken = samples(ctx.streams)
+    if len(taken) < 2 or "cpu" not in host(ctx.streams).get("host_sys_usage", ()):
+        return None
+    shown = labels(ctx.streams, taken)
+    rows = []
+    for pid, name, pct in cpu_shares(taken):
+        label = name if name == SAMPLER else shown.get(pid, name)
+        rows.append([ctx.device_id, pid, label, _f(pct)])
+    return ctx.csv(PROCESS_CPU_HEADER, rows)
+
+
+def render_sys_mem(ctx: ExportContext) -> str | None:
+    taken = [s for s in during(samples(ctx.streams)) if s.get("mem")]
+    if not taken or "mem" not in host(ctx.streams).get("host_sys_usage", ()):
+        return None
+    mem = taken[-1]["mem"]
+    return ctx.csv(SYS_MEM_HEADER, [[ctx.device_id, *[mem.get(k, NA) for k in SYS_MEM_KEYS]]])
+
+
+def render_process_mem(ctx: ExportContext) -> str | None:
+    taken = during(samples(ctx.streams))
+    if not taken or "mem" not in host(ctx.streams).get("host_sys_usage", ()):
+        return None
+    shown = labels(ctx.streams, taken)
+    rows = [
+        [ctx.device_id, p["pid"], shown.get(p["pid"], p.get("name")), p["vms"], p["rss"], p["shared"]]
+        for p in taken[-1]["procs"]
+        if p.get("rss", -1) >= 0
+    ]
+    return ctx.csv(PROCESS_MEM_HEADER, rows)
+
+
+# -- the master timeline ---------------------------------------------------------------------------
+
+
+def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
+    """Counter tracks (``"ph": "C"``), one point per sample of the iteration, each the value
+    over the interval since the sample before: ``CPU Usage`` (``CPU <n>``, ``CPU Avg``, each job
+    process, ``jobprof (sampler)``), ``Memory Usage`` (the host's used %, each process's RSS),
+    ``Disk Usage`` (each process's read/write KB/s), ``Network Usage`` (each interface)."""
+    taken = samples(ctx.streams)
+    if len(taken) < 2:
+        return
+    facts = host(ctx.streams)
+    on = set(facts.get("host_sys", ())) | set(facts.get("host_sys_usage", ()))
+    shown = labels(ctx.streams, taken)
+    page = facts.get("page") or 4096
+    out: list[dict[str, Any]] = []
+    pids: dict[str, int] = {}
+
+    def point(layer: str, name: str, ts: float, args: dict[str, Any]) -> None:
+        pid = pids.get(layer)
+        if pid is None:
+            pid = pids[layer] = timeline.process(layer, "Host")
+        out.append({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": args})
+
+    me = rank_pid(taken)
+    for a, b in itertools.pairwise(taken):
+        ns = b["ns"] - a["ns"]
+        if ns <= 0:
+            continue
+        ts = ctx.to_us(b["ns"])
+        before = {p["pid"]: p for p in a["procs"]}
+        if "cpu" in on:
+            ca, cb = a.get("cores") or {}, b.get("cores") or {}
+            for name in sorted(set(ca) & set(cb), key=_core_order):
+                total = cb[name]["total"] - ca[name]["total"]
+                if total > 0:
+                    busy = 100 * (cb[name]["busy"] - ca[name]["busy"]) / total
+                    point("CPU Usage", f"CPU {name}", ts, {"Usage(%)": round(busy, 2)})
+            own = max(0, b.get("own_ns", 0) - a.get("own_ns", 0))
+            for p in b["procs"]:
+                q = before.get(p["pid"])
+                if q is None or p.get("cpu_ns", -1) < 0 or q.get("cpu_ns", -1) < 0:
+                    continue
+                used = max(0, p["cpu_ns"] - q["cpu_ns"]) - (own if p["pid"] == me else 0)
+                point("CPU Usage", shown[p["pid"]], ts, {"CPU(%)": round(100 * max(0, used) / ns, 2)})
+            if me is not None:
+                point("CPU Usage", SAMPLER, ts, {"CPU(%)": round(100 * own / ns, 2)})
+        if "mem" in on:
+            mem = b.get("mem") or {}
+            if mem.get("MemTotal") and "MemAvailable" in mem:
+                used_pct = 100 * (mem["MemTotal"] - mem["MemAvailable"]) / mem["MemTotal"]
+                point("Memory Usage", "Memory", ts, {"Used(%)": round(used_pct, 2)})
+            for p in b["procs"]:
+                if p.get("rss", -1) >= 0:
+                    point("Memory Usage", shown[p["pid"]], ts, {"RSS(MB)": round(p["rss"] * page / 2**20, 3)})
+        if "disk" in on:
+            for p in b["procs"]:
+                q = before.get(p["pid"])
+                if q is None or p.get("read_bytes", -1) < 0 or q.get("read_bytes", -1) < 0:
+                    continue
+                args = {
+                    key: round(_kb_s(max(0, p[field] - q[field]), ns), 3)
+                    for key, field in (
+                        ("read(KB/s)", "read_bytes"),
+                        ("write(KB/s)", "write_bytes"),
+                        ("read_chars(KB/s)", "rchar"),
+                        ("write_chars(KB/s)", "wchar"),
+                    )
+                }
+                point("Disk Usage", shown[p["pid"]], ts, args)
+        if "network" in on:
+            na, nb = a.get("net") or {}, b.get("net") or {}
+            for name in sorted(set(na) & set(nb)):
+                point(
+                    "Network Usage",
+                    name,
+                    ts,
+                    {
+                        "recv(KB/s)": round(_kb_s(max(0, nb[name]["recv"] - na[name]["recv"]), ns), 3),
+                        "sent(KB/s)": round(_kb_s(max(0, nb[name]["sent"] - na[name]["sent"]), ns), 3),
+                    },
+                )
+    if out:
+        timeline.add(out)
