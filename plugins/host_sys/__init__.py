@@ -12,18 +12,22 @@ Files per iteration (:mod:`jobprof.plugins.host_sys.writer`): ``host_cpu_usage``
 timeline's ``CPU Usage``, ``Memory Usage``, ``Disk Usage`` and ``Network Usage`` counters; a
 ``jobprof summary`` / ``report`` part with findings (:mod:`jobprof.plugins.host_sys.report`).
 
-``osrt`` (the job's system calls, ``perf trace``) is built in :mod:`jobprof.plugins.host_sys.osrt`
-and wired below, where marked; this module's sampler skips it.
+``osrt`` (the job's system calls: ``perf record`` of the raw_syscalls tracepoints, where the
+machine lets it run; else the reason said once, no file) is :mod:`jobprof.plugins.host_sys.osrt`:
+``os_runtime_statistic`` and the ``OS Runtime API`` layer.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
+import threading
 import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugins.host_sys import osrt
 from jobprof.plugins.host_sys.report import iteration_digest, rank_facts, sections
 from jobprof.plugins.host_sys.sampler import END_SLACK_NS, HostSampler
 from jobprof.plugins.host_sys.writer import (
@@ -49,6 +53,8 @@ SAMPLED = frozenset({"cpu", "mem", "disk", "network"})
 #: iteration methods whose hand-over happens at the iteration's end, on the training thread
 ON_TIME = frozenset({"optimizer_step", "explicit"})
 DEFAULT_FREQ = 50
+#: info.json key of the system-call tracer (its own: host_sys's is the sampler's)
+OSRT_INFO = "host_sys_osrt"
 
 
 def _items(config: Config, key: str) -> list[str]:
@@ -73,9 +79,34 @@ def jobprof_configure(config: Config) -> bool:
 
 
 class _State:
-    def __init__(self, sampler: HostSampler | None, facts: dict[str, Any]) -> None:
+    def __init__(self, sampler: HostSampler | None, facts: dict[str, Any],
+                 tracer: osrt.OsrtTracer | None = None) -> None:
         self.sampler = sampler
         self.facts = facts
+        self.tracer = tracer
+
+
+def _start_osrt(session: PluginSession) -> osrt.OsrtTracer | None:
+    """The system-call tracer (``perf record``), started off the training thread (perf takes
+    ~0.25 s to attach: calls before that are not traced); where it cannot run, the reason and
+    what would enable it are said once and no file is written."""
+    reason = osrt.available()
+    if reason is not None:
+        session.set_info(OSRT_INFO, {"collected": False, "reason": reason})
+        session.reporter.once_per_job("", f"host_sys osrt: not collected here: {reason}")
+        return None
+    tracer = osrt.OsrtTracer()
+
+    def start() -> None:
+        try:
+            tracer.start(os.getpid(), tempfile.gettempdir())
+        except (osrt.OsrtError, OSError) as exc:
+            tracer.notes.append(f"not collected: {exc}")
+            session.reporter.once_per_job("", f"host_sys osrt: not collected: {exc}")
+
+    threading.Thread(target=start, name="jobprof-osrt-start", daemon=True).start()
+    session.set_info(OSRT_INFO, {"collected": True, "method": "perf record raw_syscalls (CLOCK_MONOTONIC)"})
+    return tracer
 
 
 @hookimpl
@@ -84,13 +115,9 @@ def jobprof_session_start(session: PluginSession) -> None:
     usage = _items(session.config, "host_sys_usage")
     freq = session.config.get("host_sys_usage_freq") or DEFAULT_FREQ
     sampled = (set(host_sys) | set(usage)) & SAMPLED
-    # ---- osrt: wired here (jobprof.plugins.host_sys.osrt, built separately) --------------------
-    # if "osrt" in host_sys: start the osrt tracer and attach it; its iteration stream and
-    # files are added in jobprof_iteration_end / jobprof_writers / jobprof_session_end below,
-    # at the places marked "osrt".  Until then osrt is not collected by this module.
-    # ---------------------------------------------------------------------------------------------
+    tracer = _start_osrt(session) if "osrt" in host_sys else None
     if not sampled:
-        session.attach(NAME, _State(None, {}))
+        session.attach(NAME, _State(None, {}, tracer))
         return
     import psutil  # type: ignore[import-untyped]
 
@@ -115,7 +142,7 @@ def jobprof_session_start(session: PluginSession) -> None:
         "page": sampler.page,
         "speed_mbps": speeds,
     }
-    session.attach(NAME, _State(sampler, facts))
+    session.attach(NAME, _State(sampler, facts, tracer))
     sampler.start()
     session.set_info(NAME, {"freq": int(freq), "sampled": sorted(sampled), "source": "/proc (pread)"})
 
@@ -135,7 +162,8 @@ def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[
             session.record_own(now, time.monotonic_ns(), "host_sys sample")
         streams[SAMPLES] = partial(sampler.take, iteration)
         streams[HOST] = [state.facts]
-    # ---- osrt: add its stream for the iteration here -------------------------------------------
+    if state.tracer is not None:  # deferred: the sink thread waits for perf's segment
+        streams[osrt.OSRT_STREAM] = partial(state.tracer.take_raw, iteration.start_ns, iteration.end_ns)
     return streams or None
 
 
@@ -156,9 +184,15 @@ def _own_cpu(sampler: HostSampler) -> dict[str, Any]:
 @hookimpl
 def jobprof_session_end(session: PluginSession) -> None:
     state: _State | None = session.attached(NAME)
-    if state is None or state.sampler is None:
+    if state is None:
         return
-    # ---- osrt: stop the tracer here -------------------------------------------------------------
+    if state.tracer is not None:
+        state.tracer.stop()
+        info = session.get_info(OSRT_INFO) or {}
+        session.set_info(OSRT_INFO, {**info, "notes": list(state.tracer.notes),
+                                     "dropped_over_cap": state.tracer.dropped})
+    if state.sampler is None:
+        return
     state.sampler.stop()
     session.set_info(NAME, {**(session.get_info(NAME) or {}), **_own_cpu(state.sampler)})
 
@@ -211,13 +245,19 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
             render_process_mem,
             "host_sys_usage mem: each process of the job's size, resident and shared pages",
         ),
-        # ---- osrt: its WriterSpecs here ---------------------------------------------------------
+        WriterSpec(
+            "os_runtime_statistic",
+            "csv",
+            osrt.render_os_runtime_statistic,
+            "host_sys osrt: system calls per process, thread and name (perf)",
+        ),
     ]
 
 
 @hookimpl
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     add_to_master(ctx, timeline)
+    osrt.add_to_master(ctx, timeline)
 
 
 @hookimpl

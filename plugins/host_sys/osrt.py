@@ -238,6 +238,10 @@ class OsrtTracer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cap_said = False
+        # the tracer's own work (its converting thread, the `perf script` processes it forks,
+        # which perf follows as the job's children): the measurement, not the job's; dropped
+        self._own_tids: set[int] = set()
+        self._own_pids: collections.deque[int] = collections.deque(maxlen=64)
 
     available = staticmethod(available)
 
@@ -341,6 +345,7 @@ class OsrtTracer:
         return self._thread is not None and self._thread.is_alive()
 
     def _convert_loop(self) -> None:
+        self._own_tids.add(threading.get_native_id())
         while not self._stop.wait(0.1):
             try:
                 self._convert_ready(final=False)
@@ -381,6 +386,8 @@ class OsrtTracer:
         proc = subprocess.Popen([self.perf, "script", "-i", path, "-F", "pid,tid,time,event,trace", "--ns"],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, cwd=self._dir)
+        self._own_pids.append(proc.pid)
+        self._own_tids.add(threading.get_native_id())  # stop() converts the last segment itself
         assert proc.stdout is not None
         with proc.stdout:
             got = list(self._pair(proc.stdout))
@@ -391,6 +398,7 @@ class OsrtTracer:
     def _pair(self, lines: Iterable[bytes]) -> Iterator[SyscallRecord]:
         pending, names, cap, per_second = self._pending, self._names, self.max_calls_per_s, self._per_second
         match = _LINE_RE.match
+        own_tids, own_pids = self._own_tids, set(self._own_pids)
         for line in lines:
             m = match(line)
             if m is None:
@@ -402,6 +410,8 @@ class OsrtTracer:
                 continue
             entered = pending.pop(tid, None)
             if entered is None or entered[0] != nr:  # in flight at the start, or a lost event
+                continue
+            if tid in own_tids or int(m[1]) in own_pids:
                 continue
             second = entered[1] // 1_000_000_000
             per_second[second] += 1
@@ -462,7 +472,7 @@ def render_os_runtime_statistic(ctx: ExportContext) -> str | None:
     unavailable: never an empty file)."""
     if OSRT_STREAM not in ctx.streams:
         return None
-    return ctx.csv(HEADER, statistic_rows(records(ctx.records(OSRT_STREAM))))
+    return ctx.csv(HEADER, statistic_rows(records(ctx.records(OSRT_STREAM)), ctx.device_id))
 
 
 def _limit(config: Mapping[str, Any] | Any) -> int:

@@ -248,11 +248,15 @@ class HostSampler:
         """On the training thread, at an iteration's hand-over: a sample stamped ``at``; its
         CPU counts as jobprof's."""
         cpu0 = time.thread_time_ns()
-        self.sample(at)
+        self.sample(at, light=True)
         self._handover_ns += time.thread_time_ns() - cpu0
 
-    def sample(self, at: int | None = None) -> None:
-        """Take one sample now (any thread), stamped now or ``at`` (monotonic ns)."""
+    def sample(self, at: int | None = None, light: bool = False) -> None:
+        """Take one sample now (any thread), stamped now or ``at`` (monotonic ns).  ``light``
+        (the hand-over's, on the training thread): the job's processes and the network only;
+        the host's cores and memory come from the thread's samples (with them a sample cost
+        ~57 us hot and ~300 us cold here, 6 and ~100 us without: 0.8% of a 37 ms step if read at
+        every iteration end)."""
         wall0 = time.perf_counter_ns()
         with self._lock:
             procs = [self._read(self._self, time.process_time_ns() if self._cpu else -1)]
@@ -264,8 +268,9 @@ class HostSampler:
                     gone.append(proc.pid)
             for pid in gone:
                 self._children.pop(pid).close()
-            cores = self._cores() if self._stat >= 0 else None
-            mem = self._read_meminfo() if self._meminfo >= 0 else None
+            cores = self._cores() if self._stat >= 0 and not light else None
+            mem = self._read_meminfo() if self._meminfo >= 0 and not light else None
+            # network even at the hand-over: a collective's bytes belong to their iteration
             net = self._net() if self._netdev >= 0 else None
             ns = time.monotonic_ns() if at is None else at
             self._samples.append(Sample(ns, self.own_ns(), tuple(procs), cores, mem, net))
@@ -323,11 +328,19 @@ class HostSampler:
         start, end = iteration.start_ns, iteration.end_ns
         with self._lock:
             samples = self._samples
-            while len(samples) > 2 and samples[1].ns < start and samples[2].ns < start:
+            while len(samples) > 3 and samples[1].ns < start and samples[3].ns < start:
                 samples.popleft()
             kept = sorted((s for s in samples if s.ns < end), key=lambda s: s.ns)
         earlier = [s for s in kept if s.ns < start]
         chosen = earlier[-1:] + [s for s in kept if s.ns >= start]
+        if chosen and chosen[0].ns < start and chosen[0].cores is None and chosen[0].mem is None:
+            # the hand-over's light sample reads no host files: the host's counters at the
+            # iteration's start are the thread's last sample before it (at most a period older)
+            full = [s for s in earlier if s.cores is not None or s.mem is not None]
+            if full:
+                chosen[0] = chosen[0]._replace(cores=full[-1].cores, mem=full[-1].mem)
+        with_cores = [i for i, s in enumerate(chosen) if s.cores is not None]
+        detail = {with_cores[0], with_cores[-1]} if with_cores else set()
         out = []
         for i, s in enumerate(chosen):
             record: dict[str, Any] = {"ns": s.ns, "own_ns": s.own_ns, "procs": [p._asdict() for p in s.procs]}
@@ -337,7 +350,7 @@ class HostSampler:
                 record["cores"] = {
                     name: {"busy": sum(t) - t.idle - t.iowait, "total": sum(t)} for name, t in s.cores
                 }
-                if i == 0 or i == len(chosen) - 1:
+                if i in detail:
                     record["cpu_detail"] = {name: t._asdict() for name, t in s.cores}
             if s.mem is not None:
                 record["mem"] = dict(s.mem)

@@ -273,9 +273,15 @@ def _core_order(name: str) -> tuple[int, int]:
 
 
 def render_cpu_usage(ctx: ExportContext) -> str | None:
-    taken = [s for s in samples(ctx.streams) if s.get("cpu_detail")]
+    every = samples(ctx.streams)
+    taken = [s for s in every if s.get("cpu_detail")]
     if len(taken) < 2:
-        return None
+        # an iteration shorter than the sampling period: the cores are read by the thread only
+        # (not at the hand-over), so none was read during it: N/A, not a missing file
+        if "cpu" not in host(ctx.streams).get("host_sys_usage", ()) or len(every) < 2 or not taken:
+            return None
+        cores = sorted(taken[0]["cpu_detail"], key=_core_order)
+        return ctx.csv(CPU_USAGE_HEADER, [[ctx.device_id, name, *[NA] * 6] for name in cores])
     a, b = taken[0]["cpu_detail"], taken[-1]["cpu_detail"]
     rows = []
     for name in sorted(set(a) & set(b), key=_core_order):
@@ -313,7 +319,9 @@ def render_process_cpu(ctx: ExportContext) -> str | None:
 
 
 def render_sys_mem(ctx: ExportContext) -> str | None:
-    taken = [s for s in during(samples(ctx.streams)) if s.get("mem")]
+    # the last reading at or before the iteration's end (the thread reads /proc/meminfo; in an
+    # iteration shorter than its period that is the one before the iteration)
+    taken = [s for s in samples(ctx.streams) if s.get("mem")]
     if not taken or "mem" not in host(ctx.streams).get("host_sys_usage", ()):
         return None
     mem = taken[-1]["mem"]
