@@ -171,3 +171,68 @@ def test_refuses_a_linked_folder(tmp_path):
     with pytest.raises(OsrtError, match="link"):
         OsrtTracer().start(os.getpid(), link)
     assert not any(Path(real).iterdir())
+
+
+JOB = """
+import time, torch
+from torch import nn
+time.sleep(0.6)  # the tracer attaches off the training thread (~0.25 s): calls before are not traced
+m = nn.Linear(8, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for step in range(5):
+    for _ in range(step + 1):
+        time.sleep(0.02)
+    m(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+OSRT_OPTIONS = {"training_trace": "on", "task_trace": "off", "host_sys": "osrt", "export": "inline"}
+
+
+def _osrt_files(device: Path) -> dict[int, Path]:
+    return {int(p.stem.rsplit("_", 1)[1]): p for p in (device / "summary").glob("os_runtime_statistic_*.csv")}
+
+
+@needs_perf
+def test_a_profiled_job_has_its_sleeps_in_each_iteration(tmp_path):
+    """The plugin's whole path: perf started by the job, each iteration's calls in its file (the
+    job's own sleeps: 1, 2, ... per iteration on its main thread) and in the OS Runtime API layer;
+    the tracer's own converting work is not the job's."""
+    from conftest import Runner, check_timeline
+
+    runner = Runner(tmp_path)
+    proc = runner.run(runner.script(JOB), OSRT_OPTIONS, timeout=120)
+    device = runner.device_dir()
+    files = _osrt_files(device)
+    assert sorted(files) == [1, 2, 3, 4, 5], sorted(files)
+    info = json.loads(next(p for p in device.glob("info.json.*") if not p.name.endswith(".done")).read_text())
+    pid = int(info["pid"])
+    for index in range(2, 6):  # iteration 1 begins at the first forward, after its sleeps
+        rows = list(csv.DictReader(files[index].open()))
+        sleeps = [r for r in rows if r["Name"] == "clock_nanosleep" and int(r["Thread ID"]) == pid]
+        assert len(sleeps) == 1 and int(sleeps[0]["Count"]) == index, (index, rows)
+        assert 18_000 <= float(sleeps[0]["Avg(us)"]) <= 40_000, sleeps
+        assert {int(r["Process ID"]) for r in rows} == {pid}, rows  # no `perf script` among them
+        events = check_timeline(device / "timeline" / files[index].name.replace(
+            "os_runtime_statistic", "msprof").replace(".csv", ".json"))
+        layer = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"
+                 and e["args"]["name"] == "OS Runtime API"}
+        drawn = [e for e in events if e["ph"] == "X" and e["pid"] in layer and e["name"] == "clock_nanosleep"]
+        assert len(drawn) >= index, (index, len(drawn))
+    assert info["jobprof"]["host_sys_osrt"]["collected"] is True
+    assert "osrt" not in proc.stderr
+
+
+def test_where_perf_cannot_run_it_is_said_once_and_no_file(tmp_path):
+    from conftest import Runner
+
+    runner = Runner(tmp_path)
+    proc = runner.run(runner.script(JOB), OSRT_OPTIONS, env={"JOBPROF_OSRT_PERF": "/nonexistent/perf"},
+                      timeout=120)
+    device = runner.device_dir()
+    assert not _osrt_files(device)
+    said = [line for line in proc.stderr.splitlines() if "osrt" in line]
+    assert len(said) == 1 and "not collected" in said[0] and "perf" in said[0], proc.stderr
+    info = json.loads(next(p for p in device.glob("info.json.*") if not p.name.endswith(".done")).read_text())
+    assert info["jobprof"]["host_sys_osrt"]["collected"] is False
+    assert "perf" in info["jobprof"]["host_sys_osrt"]["reason"]
