@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-rounds", type=int, help="memory rounds of 7 arms (default 3, quick 1)")
     parser.add_argument("--memory-steps", type=int, help="memory steps per run (default 60, quick 30)")
     parser.add_argument("--dynamic-rounds", type=int, help="dynamic rounds of 5 arms (default 3, quick 1)")
-    parser.add_argument("--steptier-rounds", type=int, help="steptier rounds of 6 arms on the transformer "
+    parser.add_argument("--steptier-rounds", type=int, help="steptier rounds of its arms on the transformer "
                                                             "(default 6, quick 2)")
     parser.add_argument("--steptier-steps", type=int, default=150,
                         help="steptier steps per run (default 150)")

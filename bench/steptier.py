@@ -41,9 +41,12 @@ ARMS: dict[str, tuple[str | None, dict[str, Any], float | None]] = {
     "dynamic, step tier, every trigger armed": ("dynamic", {**STEP_TIER, "trigger": TRIGGERS}, 1.01),
     "operator tier l1, 1 iteration in 20": ("true", {"training_trace": "on", "task_trace": "l1",
                                                      "task_trace_every": 20}, 1.05),
-    # issue 49: every host value at 50 Hz (host_sys_usage_freq's default) on the step tier
-    "step tier + every host value": ("true", {**STEP_TIER, "host_sys": "cpu,mem,disk,network,osrt",
-                                              "host_sys_usage": "cpu,mem"}, 1.01),
+    # issue 49: every host value at 50 Hz (host_sys_usage_freq's default) on the step tier, the
+    # sampler alone and with osrt (perf record of every system call, converted in the job)
+    "step tier + host sampler (host_sys but osrt, host_sys_usage)": (
+        "true", {**STEP_TIER, "host_sys": "cpu,mem,disk,network", "host_sys_usage": "cpu,mem"}, 1.01),
+    "step tier + every host value (osrt too)": (
+        "true", {**STEP_TIER, "host_sys": "cpu,mem,disk,network,osrt", "host_sys_usage": "cpu,mem"}, 1.01),
 }
 
 
@@ -109,9 +112,26 @@ def _controller_us(output: Path) -> float | None:
     return statistics.median(found) if found else None
 
 
+STEP_ARM = "step tier (training_trace + dp + msproftx)"
+HOST_ARM = "step tier + host sampler (host_sys but osrt, host_sys_usage)"
+#: the host sampler thread's own CPU, % of one core (issue 49's target)
+SAMPLER_TARGET_PCT = 1.0
+
+
+def _sampler_pct(output: Path) -> list[float]:
+    found = []
+    for path in output.glob("PROF_*/device_*/info.json.*"):
+        if not path.name.endswith(".done"):
+            host = json.loads(path.read_text()).get("jobprof", {}).get("host_sys") or {}
+            if "sampler_cpu_pct_of_one_core" in host:
+                found.append(float(host["sampler_cpu_pct_of_one_core"]))
+    return found
+
+
 def run(rounds: int, steps: int = 150) -> dict[str, Any]:
     per_arm: dict[str, list[float]] = {name: [] for name in ARMS}
     own: list[int] = []
+    sampler: list[float] = []
     controller: list[float] = []
     stderr: set[str] = set()
     with tempfile.TemporaryDirectory(prefix="jobprof-bench-steptier-") as tmp:
@@ -131,8 +151,10 @@ def run(rounds: int, steps: int = 150) -> dict[str, Any]:
                     raise HarnessError(f"{name}: no steady steps recorded")
                 per_arm[name].append(statistics.median(step_s))
                 wait_exporters(output)  # its exporter is done before the next run
-                if name.startswith("step tier"):
+                if name == STEP_ARM:
                     own += _own_ns(output)
+                if name == HOST_ARM:
+                    sampler += _sampler_pct(output)
                 if name.startswith("dynamic, step tier"):
                     value = _controller_us(output)
                     if value is None:
@@ -145,6 +167,7 @@ def run(rounds: int, steps: int = 150) -> dict[str, Any]:
             "median_step_ms": {k: statistics.median(v) * 1e3 for k, v in per_arm.items()},
             "ratios": ratios, "hand_over_us": statistics.median(own) / 1e3 if own else None,
             "controller_us": statistics.median(controller) if controller else None,
+            "sampler_pct": statistics.median(sampler) if sampler else None,
             "startup": started, "stderr": sorted(stderr)}
 
 
@@ -168,6 +191,11 @@ def rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(table_row("steptier: jobprof's own time per iteration end (step tier, training thread)",
                              f"{base:.2f} ms", f"{result['hand_over_us']:.1f} us", f"{100 * share:.2f}%",
                              "-", None, spread="median of iterations"))
+    if result.get("sampler_pct") is not None:
+        out.append(table_row("steptier: the host sampler thread's own CPU at 50 Hz (every value but osrt)",
+                             "-", f"{result['sampler_pct']:.2f}% of one core", "-",
+                             f"<= {SAMPLER_TARGET_PCT:.0f}%", result["sampler_pct"] <= SAMPLER_TARGET_PCT,
+                             spread="median of runs, info.json host_sys"))
     if result["controller_us"] is not None:
         share = result["controller_us"] / (result["median_step_ms"][result["arms"][4]] * 1e3)
         out.append(table_row("steptier: dynamic controller per iteration, every trigger armed",
