@@ -236,3 +236,45 @@ def test_where_perf_cannot_run_it_is_said_once_and_no_file(tmp_path):
     info = json.loads(next(p for p in device.glob("info.json.*") if not p.name.endswith(".done")).read_text())
     assert info["jobprof"]["host_sys_osrt"]["collected"] is False
     assert "perf" in info["jobprof"]["host_sys_osrt"]["reason"]
+
+
+THREADED = """
+import threading, time, torch
+from torch import nn
+done = threading.Event()
+helper = threading.Thread(target=done.wait)  # alive when perf attaches, ends mid-run
+helper.start()
+time.sleep(0.8)
+m = nn.Linear(8, 1)
+opt = torch.optim.SGD(m.parameters(), lr=0.01)
+for step in range(8):
+    if step == 2:
+        done.set()
+        helper.join()
+    time.sleep(0.25)
+    m(torch.randn(4, 8)).sum().backward()
+    opt.step()
+    opt.zero_grad()
+"""
+
+
+@needs_perf
+def test_perf_does_not_spin_when_a_traced_thread_ends(tmp_path):
+    """perf 6.1's `record -p` spins a whole core once a thread that existed at its attach ends:
+    the tracer sees it, attaches again, and the job's calls after that are still traced."""
+    from conftest import Runner
+
+    runner = Runner(tmp_path)
+    runner.run(runner.script(THREADED), OSRT_OPTIONS, timeout=120)
+    device = runner.device_dir()
+    info = json.loads(next(p for p in device.glob("info.json.*") if not p.name.endswith(".done")).read_text())
+    osrt_info = info["jobprof"]["host_sys_osrt"]
+    # the job ran ~2.8 s: a spinning perf would have used about that much CPU
+    assert osrt_info["perf_cpu_s"] < 1.2, osrt_info
+    files = _osrt_files(device)
+    pid = int(info["pid"])
+    late = [i for i in files if i >= 6]
+    assert late, sorted(files)
+    for index in late:
+        rows = list(csv.DictReader(files[index].open()))
+        assert any(r["Name"] == "clock_nanosleep" and int(r["Thread ID"]) == pid for r in rows), (index, rows)

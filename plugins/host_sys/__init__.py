@@ -87,24 +87,26 @@ class _State:
 
 
 def _start_osrt(session: PluginSession) -> osrt.OsrtTracer | None:
-    """The system-call tracer (``perf record``), started off the training thread (perf takes
-    ~0.25 s to attach: calls before that are not traced); where it cannot run, the reason and
-    what would enable it are said once and no file is written."""
+    """The system-call tracer (``perf record``), started off the training thread by the thread
+    that then converts its output (perf takes ~0.25 s to attach: calls before that are not
+    traced); where it cannot run, the reason and what would enable it are said once and no file
+    is written."""
     reason = osrt.available()
     if reason is not None:
         session.set_info(OSRT_INFO, {"collected": False, "reason": reason})
         session.reporter.once_per_job("", f"host_sys osrt: not collected here: {reason}")
         return None
     tracer = osrt.OsrtTracer()
+    pid = os.getpid()
 
-    def start() -> None:
+    def trace() -> None:  # perf attaches here, and this thread converts until the end
         try:
-            tracer.start(os.getpid(), tempfile.gettempdir())
+            tracer.run(pid, tempfile.gettempdir())
         except (osrt.OsrtError, OSError) as exc:
             tracer.notes.append(f"not collected: {exc}")
             session.reporter.once_per_job("", f"host_sys osrt: not collected: {exc}")
 
-    threading.Thread(target=start, name="jobprof-osrt-start", daemon=True).start()
+    threading.Thread(target=trace, name="jobprof-osrt", daemon=True).start()
     session.set_info(OSRT_INFO, {"collected": True, "method": "perf record raw_syscalls (CLOCK_MONOTONIC)"})
     return tracer
 
@@ -190,7 +192,9 @@ def jobprof_session_end(session: PluginSession) -> None:
         state.tracer.stop()
         info = session.get_info(OSRT_INFO) or {}
         session.set_info(OSRT_INFO, {**info, "notes": list(state.tracer.notes),
-                                     "dropped_over_cap": state.tracer.dropped})
+                                     "dropped_over_cap": state.tracer.dropped,
+                                     "reattached": state.tracer.reattached,
+                                     "perf_cpu_s": round(state.tracer.perf_cpu_s, 3)})
     if state.sampler is None:
         return
     state.sampler.stop()

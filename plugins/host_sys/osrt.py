@@ -238,6 +238,12 @@ class OsrtTracer:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cap_said = False
+        self._pid = 0
+        self._perf_cpu = (0.0, 0.0)  # (monotonic s, perf's CPU s) at the last look
+        self._proc_lock = threading.Lock()
+        self.reattached = 0
+        self.perf_cpu_s = 0.0  # perf record's own CPU (every attach), measured as each ends
+        self._attached_tids: set[int] = set()  # the job's threads when perf last attached
         # the tracer's own work (its converting thread, the `perf script` processes it forks,
         # which perf follows as the job's children): the measurement, not the job's; dropped
         self._own_tids: set[int] = set()
@@ -257,8 +263,38 @@ class OsrtTracer:
         if not stat.S_ISDIR(info.st_mode):
             raise OsrtError(f"{folder} is not a directory (or is a link)")
         self._dir = tempfile.mkdtemp(prefix="osrt-", dir=folder)
+        self._pid = pid
+        self._launch()
+        self._covered_ns = time.monotonic_ns()  # nothing before the start will come
+        self._thread = threading.Thread(target=self._convert_loop, name="jobprof-osrt", daemon=True)
+        self._thread.start()
+
+    def run(self, pid: int, folder: str | os.PathLike[str]) -> None:
+        """:meth:`start`, then convert in the calling thread until :meth:`stop` (no second thread:
+        a thread of the job that existed when perf attached and then ends makes perf 6.1 spin,
+        see :meth:`_watch`; the plugin's starting thread therefore never ends before the trace)."""
+        self._thread = threading.current_thread()
+        reason = available(self.perf)
+        if reason is not None or self.perf is None:
+            raise OsrtError(reason or "perf not found")
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode):
+            raise OsrtError(f"{folder} is not a directory (or is a link)")
+        self._dir = tempfile.mkdtemp(prefix="osrt-", dir=folder)
+        self._pid = pid
+        with self._proc_lock:
+            if self._stop.is_set():  # the job ended while perf was being found
+                return
+            self._launch()
+        with self._lock:
+            self._covered_ns = time.monotonic_ns()
+        self._convert_loop()
+
+    def _launch(self) -> None:
+        """Start ``perf record`` on the job's process (its threads now, and those it starts)."""
+        assert self.perf is not None and self._dir is not None
         out = os.path.join(self._dir, "perf.data")
-        cmd = [self.perf, "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", _EVENTS, "-p", str(pid),
+        cmd = [self.perf, "record", "-q", "-k", "CLOCK_MONOTONIC", "-e", _EVENTS, "-p", str(self._pid),
                f"--switch-output={SEGMENT_S}s", "--no-buildid", "--no-buildid-cache", "-o", out]
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE, cwd=self._dir, start_new_session=True)
@@ -270,9 +306,53 @@ class OsrtTracer:
                 self._fail("perf record did not start")
             time.sleep(0.01)
         time.sleep(0.1)
-        self._covered_ns = time.monotonic_ns()  # nothing before the start will come
-        self._thread = threading.Thread(target=self._convert_loop, name="jobprof-osrt", daemon=True)
-        self._thread.start()
+        self._perf_cpu = (time.monotonic(), _cpu_s(self._proc.pid))
+        self._attached_tids = _tids(self._pid)
+
+    def _watch(self) -> None:
+        """perf 6.1's ``record -p`` spins (poll() returning POLLHUP in a loop: a whole core) once a
+        thread that existed when it attached ends.  When one has ended (or perf is seen spinning):
+        stop it (its last segment is kept) and attach again to the threads alive now; the calls
+        of the ~0.3 s that takes are not traced (said once, counted in :attr:`reattached`)."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        # a thread perf attached to has ended (a listing of /proc/<pid>/task every 0.1 s: it is
+        # about to spin), or, for what that cannot see, perf used over half a core for 0.5 s
+        alive = _tids(self._pid)
+        if not alive:  # the traced process itself ended: nothing to attach to again
+            return
+        ended = bool(self._attached_tids - alive)
+        then, used = self._perf_cpu
+        now, cpu = time.monotonic(), _cpu_s(proc.pid)
+        if not ended:
+            if now - then < 0.5:
+                return
+            self._perf_cpu = (now, cpu)
+            if cpu - used < 0.5 * (now - then):
+                return
+        self._say_once("osrt: perf re-attached after a traced thread ended (perf 6.1 spins otherwise); "
+                       "system calls during each re-attach (~0.3 s) are not traced")
+        self.reattached += 1
+        self._end_perf(proc)
+        if not self._stop.is_set():
+            try:
+                self._launch()
+            except OsrtError as exc:
+                self._say_once(f"osrt: perf could not attach again: {exc}")
+                self._proc = None
+
+    def _end_perf(self, proc: subprocess.Popen[bytes]) -> None:
+        self.perf_cpu_s += _cpu_s(proc.pid)  # as it ends (a spinning perf shows here)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
     def _fail(self, what: str) -> None:
         err = b""
@@ -285,18 +365,12 @@ class OsrtTracer:
 
     def stop(self) -> None:
         """Stop perf (its last segment is converted) and the converting thread."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc is not None and proc.stderr is not None:
-            proc.stderr.close()
         self._stop.set()
-        if self._thread is not None:
+        with self._proc_lock:  # not while the converting thread re-attaches
+            proc, self._proc = self._proc, None
+        if proc is not None:
+            self._end_perf(proc)
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=60)
             self._thread = None
         self._convert_ready(final=True)
@@ -348,6 +422,9 @@ class OsrtTracer:
         self._own_tids.add(threading.get_native_id())
         while not self._stop.wait(0.1):
             try:
+                with self._proc_lock:
+                    if not self._stop.is_set():
+                        self._watch()
                 self._convert_ready(final=False)
             except Exception as exc:  # never let a bad segment kill the job's thread silently
                 self.notes.append(f"osrt: converting stopped: {type(exc).__name__}: {exc}")
@@ -429,6 +506,24 @@ class OsrtTracer:
     def _say_once(self, note: str) -> None:
         if note not in self.notes:
             self.notes.append(note)
+
+
+def _tids(pid: int) -> set[int]:
+    """The threads of a process now (empty when it is gone)."""
+    try:
+        return {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+    except (OSError, ValueError):
+        return set()
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _stamp_ns(stamp: str) -> int:

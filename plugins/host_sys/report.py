@@ -60,7 +60,9 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
     cpu = proc_deltas(taken, "cpu_ns")
     if cpu:
         out["occupied"] = round(sum(cpu.values()) / wall, 4)
-    first, last = taken[0].get("cores") or {}, taken[-1].get("cores") or {}
+    # the hand-over's sample reads no cores: the first and last readings of them
+    readings = [s["cores"] for s in taken if s.get("cores")]
+    first, last = (readings[0], readings[-1]) if readings else ({}, {})
     if "Avg" in first and "Avg" in last and last["Avg"]["total"] > first["Avg"]["total"]:
         out["busy_pct"] = round(
             100
@@ -96,16 +98,21 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
         out["wait_ns"] = _overlap(iteration.start_ns, iteration.end_ns, waits)
         busy = total = 0.0
         read = 0.0
+        # the host's cores between consecutive readings of them (the hand-over reads none)
+        for a, b in itertools.pairwise([s for s in taken if s.get("cores")]):
+            if b["ns"] <= a["ns"]:
+                continue
+            share = _overlap(a["ns"], b["ns"], waits) / (b["ns"] - a["ns"])
+            ca, cb = a["cores"].get("Avg"), b["cores"].get("Avg")
+            if share > 0 and ca and cb:
+                busy += share * (cb["busy"] - ca["busy"])
+                total += share * (cb["total"] - ca["total"])
         for a, b in itertools.pairwise(taken):
             if b["ns"] <= a["ns"]:
                 continue
             share = _overlap(a["ns"], b["ns"], waits) / (b["ns"] - a["ns"])
             if share <= 0:
                 continue
-            ca, cb = (a.get("cores") or {}).get("Avg"), (b.get("cores") or {}).get("Avg")
-            if ca and cb:
-                busy += share * (cb["busy"] - ca["busy"])
-                total += share * (cb["total"] - ca["total"])
             x, y = job_total("read_bytes")(a), job_total("read_bytes")(b)
             if x is not None and y is not None:
                 read += share * max(0, y - x)

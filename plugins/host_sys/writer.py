@@ -366,6 +366,7 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         out.append({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": args})
 
     me = rank_pid(taken)
+    previous_cores: dict[str, Any] | None = taken[0].get("cores") if taken else None
     for a, b in itertools.pairwise(taken):
         ns = b["ns"] - a["ns"]
         if ns <= 0:
@@ -373,7 +374,11 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         ts = ctx.to_us(b["ns"])
         before = {p["pid"]: p for p in a["procs"]}
         if "cpu" in on:
-            ca, cb = a.get("cores") or {}, b.get("cores") or {}
+            # each core's usage since its previous reading (the hand-over's sample reads none)
+            cb = b.get("cores") or {}
+            ca = (previous_cores or {}) if cb else {}
+            if cb:
+                previous_cores = cb
             for name in sorted(set(ca) & set(cb), key=_core_order):
                 total = cb[name]["total"] - ca[name]["total"]
                 if total > 0:

@@ -14,8 +14,9 @@ capture (HIP's on ROCm, imported as the same categories), read from the core str
 * a ``jobprof summary`` / ``report`` section (top APIs per rank, synchronising call sites) and
   the finding ``runtime_api_sync`` (:mod:`jobprof.plugins.runtime_api.report`).
 
-A CPU-only job has no runtime API: one line says so, once per job, ``info.json`` records it
-(``jobprof.runtime_api``), no file is written and no operator capture is asked for.
+A CPU-only build of torch has no runtime API: one line says so, once per job, ``info.json``
+records it (``jobprof.runtime_api``), no file is written and no operator capture is asked for; a
+GPU build whose program never initialised CUDA says so at the end.
 
 Switch: ``"runtime_api": "on"``.
 """
@@ -50,25 +51,48 @@ def jobprof_configure(config: Config) -> bool:
     return config.is_on(NAME)
 
 
-def _cuda(torch: Any) -> bool:
-    try:
-        return bool(torch.cuda.is_available())
-    except Exception:
-        return False
+#: said once per job by a CUDA / ROCm build whose program never initialised the device
+UNUSED = ("runtime_api: this job never used CUDA (torch.cuda was not initialised): there were no "
+          "runtime API calls to record")
+
+
+def _gpu_build(torch: Any) -> bool:
+    """torch was built for CUDA or ROCm.  Not ``torch.cuda.is_available()``: that initialises the
+    CUDA driver in the job's process (cudaGetDeviceCount), after which a child it forks cannot
+    use CUDA: the profiled program would behave differently."""
+    version = getattr(torch, "version", None)
+    return bool(getattr(version, "cuda", None) or getattr(version, "hip", None))
 
 
 @hookimpl
 def jobprof_session_start(session: PluginSession) -> None:
-    """On CUDA, ask for the operator capture (the calls are in it); on a CPU-only machine, say
-    once that there is nothing to record and record why in info.json."""
+    """On a CUDA / ROCm build, ask for the operator capture (the calls are in it); on a CPU-only
+    build, say once that there is nothing to record and record why in info.json."""
     import torch
 
-    if not _cuda(torch):
+    if not _gpu_build(torch):
         session.set_info(NAME, {"available": False, "reason": "CPU only: no CUDA runtime"})
         session.reporter.once_per_job("", CPU_ONLY)
         return
+    session.attach(NAME, torch)
     session.request_ops(shapes=False)
     session.set_info(NAME, {"available": True, "source": SOURCE})
+
+
+@hookimpl
+def jobprof_session_end(session: PluginSession) -> None:
+    """A GPU build whose program never touched the device (``is_initialized``: no driver call):
+    said once, not a silent absence of files."""
+    torch = session.attached(NAME)
+    if torch is None:
+        return
+    try:
+        used = bool(torch.cuda.is_initialized())
+    except Exception:
+        return
+    if not used:
+        session.set_info(NAME, {**(session.get_info(NAME) or {}), "used": False})
+        session.reporter.once_per_job("", UNUSED)
 
 
 @hookimpl
