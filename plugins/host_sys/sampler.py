@@ -38,8 +38,6 @@ from typing import Any, NamedTuple
 
 from jobprof.plugin import Iteration
 
-#: a hand-over this close to the iteration's end samples the iteration's end state
-END_SLACK_NS = 1_000_000
 #: the descendants are listed again after this long (a scan of /proc)
 REFRESH_NS = 1_000_000_000
 #: samples kept waiting for their iteration (10 minutes at 50 Hz: older ones are dropped)

@@ -11,13 +11,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, ExportContext, WorkerFetchRecord, records_of
+from jobprof.plugins.host_sys import HOST, SAMPLES  # the streams' names
 
 if TYPE_CHECKING:
     from jobprof.plugin import Timeline
 
-#: the sampler's stream and the per-iteration facts of the host (cores, page size, link speeds)
-SAMPLES = "host_samples"
-HOST = "host_facts"
 #: jobprof's own sampling, shown beside the rank's process
 SAMPLER = "jobprof (sampler)"
 

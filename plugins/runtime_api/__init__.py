@@ -26,8 +26,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
-from jobprof.plugins.runtime_api.report import NAME, iteration_digest, rank_facts, sections
-from jobprof.plugins.runtime_api.writer import add_to_master, render_csv
+
+# the writer and the report are imported where they are used (`statistics`, attrs classes: ~7 ms
+# of every profiled interpreter's start-up otherwise)
+NAME = "runtime_api"
 
 if TYPE_CHECKING:
     from jobprof.plugin import Profile, Section, Timeline
@@ -98,6 +100,8 @@ def jobprof_session_end(session: PluginSession) -> None:
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     """``api_statistic``: per API of the iteration, msprof's columns."""
+    from jobprof.plugins.runtime_api.writer import render_csv
+
     return [WriterSpec("api_statistic", "csv", render_csv,
                        "per CUDA runtime / driver API: level, total, count, mean, min, max, variance of its "
                        "host time (no file on a CPU-only job)")]
@@ -106,22 +110,30 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 @hookimpl
 def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
     """The master timeline's API layer."""
+    from jobprof.plugins.runtime_api.writer import add_to_master
+
     add_to_master(ctx, timeline)
 
 
 @hookimpl
 def jobprof_iteration_facts(iteration: Iteration, streams: Any) -> Any:
     """Per-API totals and synchronising call sites of one iteration."""
+    from jobprof.plugins.runtime_api.report import iteration_digest
+
     return iteration_digest(iteration, streams)
 
 
 @hookimpl
 def jobprof_rank_facts(profile: Profile, device: int) -> Any:
     """A device's API totals and synchronising calls."""
+    from jobprof.plugins.runtime_api.report import rank_facts
+
     return rank_facts(profile, device)
 
 
 @hookimpl
 def jobprof_report_sections(profile: Profile) -> list[Section]:
     """The API table and the synchronising calls, with the ``runtime_api_sync`` finding."""
+    from jobprof.plugins.runtime_api.report import sections
+
     return sections(profile)
