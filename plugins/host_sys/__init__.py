@@ -143,6 +143,7 @@ def jobprof_session_start(session: PluginSession) -> None:
         "cpus": psutil.cpu_count() or os.cpu_count(),
         "mem_total_kb": psutil.virtual_memory().total // 1024,
         "page": sampler.page,
+        "tick_ns": 1_000_000_000 // os.sysconf("SC_CLK_TCK"),
         "speed_mbps": speeds,
     }
     session.attach(NAME, _State(sampler, facts, tracer))

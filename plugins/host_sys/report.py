@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, BatchRecord, Finding, Section, records_of
-from jobprof.plugins.host_sys.writer import host, job_total, proc_deltas, samples, span
+from jobprof.plugins.host_sys.writer import coarse, host, job_total, proc_deltas, samples, span
 
 if TYPE_CHECKING:
     from jobprof.plugin import Iteration, Profile
@@ -58,7 +58,9 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
     facts = host(streams)
     out: dict[str, Any] = {"wall_ns": wall, "cpus": facts.get("cpus")}
     cpu = proc_deltas(taken, "cpu_ns")
-    if cpu:
+    if cpu:  # the rank's mean is the sum over its iterations (children's ticks add up exactly)
+        out["cpu_ns"] = sum(cpu.values())
+    if cpu and not coarse(taken, facts):  # children's ticks over a few ticks: not a figure
         out["occupied"] = round(sum(cpu.values()) / wall, 4)
     # the hand-over's sample reads no cores: the first and last readings of them
     readings = [s["cores"] for s in taken if s.get("cores")]
@@ -150,7 +152,13 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         "iterations": len(series),
         "series": _binned(series, SERIES),
         "cpus": next((r["cpus"] for r in series if r.get("cpus")), None),
-        "occupied_mean": _mean(r.get("occupied") for r in series),
+        # CPU seconds per wall second over every iteration (not a mean of per-iteration figures:
+        # those of iterations shorter than a few clock ticks are N/A)
+        "occupied_mean": (
+            round(sum(r["cpu_ns"] for r in series if "cpu_ns" in r)
+                  / sum(r["wall_ns"] for r in series if "cpu_ns" in r), 4)
+            if any("cpu_ns" in r for r in series) else None
+        ),
         "busy_mean": _mean(r.get("busy_pct") for r in series),
         "rss_peak_kb": max((r["rss_kb"] for r in series if "rss_kb" in r), default=None),
         "mem_used_peak": max((r["mem_used_pct"] for r in series if "mem_used_pct" in r), default=None),

@@ -147,6 +147,7 @@ class HostSampler:
         self._me = psutil.Process(self._pid)
         self._self = _Proc(self._pid, self._me.name(), self._cpu, self._mem, self._disk, own=True)
         self._children: dict[int, _Proc] = {}
+        self._retired: list[_Proc] = []  # gone, their files closed at the next listing
         self._refreshed = 0
         self._stat = _open("/proc/stat") if "cores" in what else -1
         #: a cpu line is at most 8 x 20 digits + its name: the lines of every core and the total
@@ -180,7 +181,7 @@ class HostSampler:
         self.stopped_ns = self.stopped_ns or time.monotonic_ns()
         if os.getpid() == self._pid:
             with self._lock:
-                for proc in (self._self, *self._children.values()):
+                for proc in (self._self, *self._children.values(), *self._retired):
                     proc.close()
                 self._children.clear()
                 for fd in (self._stat, self._meminfo, self._netdev):
@@ -206,26 +207,28 @@ class HostSampler:
         """List the job's descendants again (psutil scans /proc): open the new ones' files, read
         every name again (a forked DataLoader worker renames itself), number the workers."""
         psutil = self._psutil
-        found: dict[int, Any] = {}
+        found: dict[int, tuple[str, float]] = {}
         try:
-            for child in self._me.children(recursive=True):
-                found[child.pid] = child
+            children = self._me.children(recursive=True)
         except psutil.Error:
             return
+        for child in children:  # psutil's reads, outside the lock: a hand-over never waits on them
+            try:
+                found[child.pid] = (child.name(), child.create_time())
+            except psutil.Error:
+                continue
+        opened = {pid: _Proc(pid, name, self._cpu, self._mem, self._disk)
+                  for pid, (name, _) in found.items() if pid not in self._children}
         with self._lock:
             self._refreshed = time.monotonic_ns()
-            for pid in [p for p in self._children if p not in found]:
-                self._children.pop(pid).close()
+            # a sample may still be reading what was retired last time: closed a second later
+            for proc in self._retired:
+                proc.close()
+            self._retired = [self._children.pop(pid) for pid in [p for p in self._children if p not in found]]
+            self._children.update(opened)
             workers = []
-            for pid, child in found.items():
-                try:
-                    name = child.name()
-                    created = child.create_time()
-                except psutil.Error:
-                    continue
-                proc = self._children.get(pid)
-                if proc is None:
-                    proc = self._children[pid] = _Proc(pid, name, self._cpu, self._mem, self._disk)
+            for pid, (name, created) in found.items():
+                proc = self._children[pid]
                 proc.name = name
                 if name == WORKER_COMM:
                     workers.append((created, pid))
@@ -258,21 +261,22 @@ class HostSampler:
         ~57 us hot and ~300 us cold here, 6 and ~100 us without: 0.8% of a 37 ms step if read at
         every iteration end)."""
         wall0 = time.perf_counter_ns()
+        # read outside the lock (the thread's sample and the hand-over's never wait on each
+        # other): a child's files are closed only a refresh after it was retired
         with self._lock:
-            procs = [self._read(self._self, time.process_time_ns() if self._cpu else -1)]
-            gone = []
-            for proc in self._children.values():
-                try:
-                    procs.append(self._read(proc, -1))
-                except OSError:  # it exited (ESRCH): not an error
-                    gone.append(proc.pid)
-            for pid in gone:
-                self._children.pop(pid).close()
-            cores = self._cores() if self._stat >= 0 and not light else None
-            mem = self._read_meminfo() if self._meminfo >= 0 and not light else None
-            # network even at the hand-over: a collective's bytes belong to their iteration
-            net = self._net() if self._netdev >= 0 else None
-            ns = time.monotonic_ns() if at is None else at
+            children = list(self._children.values())
+        procs = [self._read(self._self, time.process_time_ns() if self._cpu else -1)]
+        for proc in children:
+            try:
+                procs.append(self._read(proc, -1))
+            except OSError:  # it exited (ESRCH): not an error; the next listing retires it
+                pass
+        cores = self._cores() if self._stat >= 0 and not light else None
+        mem = self._read_meminfo() if self._meminfo >= 0 and not light else None
+        # network even at the hand-over: a collective's bytes belong to their iteration
+        net = self._net() if self._netdev >= 0 else None
+        ns = time.monotonic_ns() if at is None else at
+        with self._lock:
             self._samples.append(Sample(ns, self.own_ns(), tuple(procs), cores, mem, net))
             self.count += 1
         self.sample_wall_ns += time.perf_counter_ns() - wall0

@@ -125,6 +125,18 @@ def proc_deltas(taken: list[dict[str, Any]], field: str) -> dict[int, int]:
     return {pid: max(0, last[pid] - first[pid]) for pid in last}
 
 
+#: a child's CPU is read in clock ticks (/proc/<pid>/stat: 10 ms each): over a window shorter
+#: than this many ticks one tick more or less is a 10% error or worse
+MIN_TICKS = 10
+
+
+def coarse(taken: list[dict[str, Any]], facts: Mapping[str, Any]) -> bool:
+    """The window is too short for the children's tick-counted CPU (the rank's own is in ns)."""
+    tick = facts.get("tick_ns") or 10_000_000
+    children = any(len(s["procs"]) > 1 for s in taken)
+    return children and span(taken) < MIN_TICKS * tick
+
+
 def own_delta(taken: list[dict[str, Any]]) -> int:
     return max(0, taken[-1].get("own_ns", 0) - taken[0].get("own_ns", 0)) if len(taken) >= 2 else 0
 
@@ -213,9 +225,9 @@ def render_host_cpu(ctx: ExportContext) -> str | None:
         return None
     wall = span(taken)
     used = sum(proc_deltas(taken, "cpu_ns").values())
-    occupied = used / wall if wall > 0 else 0.0
+    occupied = _f(used / wall) if wall > 0 and not coarse(taken, host(ctx.streams)) else NA
     cpus = host(ctx.streams).get("cpus") or NA
-    return ctx.csv(CPU_HEADER, [[ctx.device_id, cpus, _f(occupied), NA]])
+    return ctx.csv(CPU_HEADER, [[ctx.device_id, cpus, occupied, NA]])
 
 
 def render_host_mem(ctx: ExportContext) -> str | None:
@@ -310,9 +322,12 @@ def render_process_cpu(ctx: ExportContext) -> str | None:
         return None
     shown = labels(ctx.streams, taken)
     rows = []
+    short = coarse(taken, host(ctx.streams))
+    me = rank_pid(taken)
     for pid, name, pct in cpu_shares(taken):
         label = name if name == SAMPLER else shown.get(pid, name)
-        rows.append([ctx.device_id, pid, label, _f(pct)])
+        # a child's CPU in a window of a few clock ticks: N/A, not a multiple of 10 ms / window
+        rows.append([ctx.device_id, pid, label, NA if short and pid != me else _f(pct)])
     return ctx.csv(PROCESS_CPU_HEADER, rows)
 
 
