@@ -6,6 +6,7 @@ the option errors."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -146,13 +147,20 @@ def test_dataloader_workers_cpu_under_their_names(runner: Runner) -> None:
     for path in _files(device, "process_cpu_usage").values():
         assert path.read_text().splitlines()[0] == "Device_id,PID,Name,CPU(%)"
         for row in read_csv(path):
+            if row["CPU(%)"] == "N/A":  # a child over a window of a few 10 ms clock ticks
+                assert row["Name"].startswith("DataLoader worker"), row
+                continue
             seen[row["Name"]] = max(seen.get(row["Name"], 0.0), float(row["CPU(%)"]))
     assert seen.get("DataLoader worker 0", 0) > 10 and seen.get("DataLoader worker 1", 0) > 10, seen
     assert "jobprof (sampler)" in seen
-    last = max(_files(device, "host_cpu_usage"))
-    [row] = read_csv(_files(device, "host_cpu_usage")[last])
-    assert int(row["Total Cpu Numbers"]) >= 1 and float(row["Occupied Cpu Numbers"]) > 0.5
-    assert row["Recommend Cpu Numbers"] == "N/A"
+    occupied = []
+    for path in _files(device, "host_cpu_usage").values():
+        [row] = read_csv(path)
+        assert int(row["Total Cpu Numbers"]) >= 1 and row["Recommend Cpu Numbers"] == "N/A"
+        if row["Occupied Cpu Numbers"] != "N/A":
+            occupied.append(float(row["Occupied Cpu Numbers"]))
+    # the workers burn CPU while the loop waits for them: over a core busy, never more than all
+    assert occupied and max(occupied) > 0.5 and max(occupied) <= 1.1 * (os.cpu_count() or 1), occupied
     names = {e["name"] for i in _files(device, "host_cpu_usage") for e in _counters(device, i, "CPU Usage")}
     assert {"DataLoader worker 0", "DataLoader worker 1", "CPU Avg", "CPU 0", "jobprof (sampler)"} <= names
     measured = 0
@@ -299,7 +307,9 @@ def test_usage_files_at_10_hz(runner: Runner) -> None:
     seconds = (stamps[-1] - stamps[0]) / 1e9
     assert seconds > 1.4
     expected = 10 * seconds + 4
-    assert 0.8 * expected <= len(stamps) <= 1.2 * expected, (len(stamps), seconds)
+    # this job's main thread is a pure-Python busy loop: every /proc read of the sampler gives the
+    # GIL away and waits up to 5 ms (the switch interval) for it, so samples come a little late
+    assert 0.7 * expected <= len(stamps) <= 1.2 * expected, (len(stamps), seconds)
     info = _info(device)["jobprof"]["host_sys"]
     assert info["freq"] == 10 and info["sampler_cpu_pct_of_one_core"] < 5
 

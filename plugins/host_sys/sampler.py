@@ -148,6 +148,7 @@ class HostSampler:
         self._self = _Proc(self._pid, self._me.name(), self._cpu, self._mem, self._disk, own=True)
         self._children: dict[int, _Proc] = {}
         self._retired: list[_Proc] = []  # gone, their files closed at the next listing
+        self._handover_read_ns = 0  # when the last hand-over's sample was read
         self._refreshed = 0
         self._stat = _open("/proc/stat") if "cores" in what else -1
         #: a cpu line is at most 8 x 20 digits + its name: the lines of every core and the total
@@ -265,6 +266,10 @@ class HostSampler:
         # other): a child's files are closed only a refresh after it was retired
         with self._lock:
             children = list(self._children.values())
+        # stamped as the rank's CPU is read (clock_gettime keeps the GIL): each pread below gives
+        # the GIL away and, while the training thread runs Python, waits up to the switch
+        # interval (5 ms) to get it back, so the later reads may come ms after the stamp
+        now = time.monotonic_ns()
         procs = [self._read(self._self, time.process_time_ns() if self._cpu else -1)]
         for proc in children:
             try:
@@ -275,9 +280,19 @@ class HostSampler:
         mem = self._read_meminfo() if self._meminfo >= 0 and not light else None
         # network even at the hand-over: a collective's bytes belong to their iteration
         net = self._net() if self._netdev >= 0 else None
-        ns = time.monotonic_ns() if at is None else at
+        ns = now if at is None else at
         with self._lock:
-            self._samples.append(Sample(ns, self.own_ns(), tuple(procs), cores, mem, net))
+            samples = self._samples
+            if at is None:
+                if now < self._handover_read_ns:
+                    return  # read before a hand-over that is stamped earlier: superseded by it
+            else:
+                # the thread's samples read between the iteration's end and this hand-over hold
+                # less than it does: the hand-over stands for the end, they are dropped
+                while samples and samples[-1].ns > at:
+                    samples.pop()
+                self._handover_read_ns = max(self._handover_read_ns, now)
+            samples.append(Sample(ns, self.own_ns(), tuple(procs), cores, mem, net))
             self.count += 1
         self.sample_wall_ns += time.perf_counter_ns() - wall0
 
