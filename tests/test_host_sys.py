@@ -173,6 +173,12 @@ def test_dataloader_workers_cpu_under_their_names(runner: Runner) -> None:
                 assert 98 <= sum(map(float, cells)) <= 102, r
                 measured += 1
     assert measured
+    # the loop waits on its workers while they burn every core of this machine (CI's has 2): the
+    # finding says so, once, with the iterations; not on a machine with cores to spare
+    findings = {f["key"]: f for f in _summary(runner.prof_dirs()[0])["findings"]}
+    if (os.cpu_count() or 1) <= 2:
+        assert "host_cpu_saturated" in findings, sorted(findings)
+    assert "host_memory_near_limit" not in findings  # this job holds ~1 GB
 
 
 MEMORY = """

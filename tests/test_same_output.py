@@ -58,6 +58,9 @@ is still the old version's):
   peaks came from (``source``, ``cache_file``, ``measured_at``, ``cache_note``,
   ``other_cpu_share``), masked whole by rule 3 (a run measures or reads the cache by what
   ran before it).
+- issue 49 (every msprof option collects): the new plugins ``host_sys`` and ``runtime_api``
+  answer ``jobprof_rank_facts`` (named among the plugins asked; off here, they answer nothing),
+  and ``host_sys_usage_freq`` (msprof's default, ``50``) is among the effective options.
 - issue 48 (start-up measured whole): info.json's ``bootstrap_ms`` (jobprof's imports, plugins
   and options before the session began), masked by rule 3.
 

@@ -129,7 +129,8 @@ def jobprof_session_start(session: PluginSession) -> None:
         what.add("cores")
     if "mem" in sampled:
         what.add("meminfo")
-    sampler = HostSampler(psutil, frozenset(what), int(freq))
+    sampler = HostSampler(psutil, frozenset(what), int(freq),
+                          exclude=tracer.own_pids if tracer is not None else None)
     speeds: dict[str, int] = {}
     if "network" in host_sys:
         try:

@@ -382,6 +382,11 @@ class OsrtTracer:
 
     # -- reading --------------------------------------------------------------------------
 
+    def own_pids(self) -> set[int]:
+        """The processes the tracer started (perf record, perf script): jobprof's, not the job's."""
+        proc = self._proc
+        return {*self._own_pids, *([proc.pid] if proc is not None else [])}
+
     def take(self, start_ns: int, end_ns: int, wait_s: float = 3.0) -> list[SyscallRecord]:
         """The calls that overlap ``[start_ns, end_ns)`` not given before, once perf's segments
         cover ``end_ns`` (waiting up to ``wait_s``).  A call still running when an iteration is

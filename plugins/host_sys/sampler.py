@@ -34,6 +34,7 @@ import re
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from jobprof.plugin import Iteration
@@ -136,8 +137,11 @@ class HostSampler:
     """Samples what ``what`` names (``cpu``, ``mem``, ``disk``, ``network``, ``cores``,
     ``meminfo``) at ``freq`` Hz and hands each iteration its samples."""
 
-    def __init__(self, psutil: Any, what: frozenset[str], freq: int) -> None:
+    def __init__(self, psutil: Any, what: frozenset[str], freq: int,
+                 exclude: Callable[[], set[int]] | None = None) -> None:
         self._psutil = psutil
+        #: jobprof's own children (osrt's perf): not the job's processes
+        self._exclude = exclude or set
         self.what = what
         self.freq = freq
         self._cpu, self._mem, self._disk = "cpu" in what, "mem" in what, "disk" in what
@@ -148,7 +152,8 @@ class HostSampler:
         self._self = _Proc(self._pid, self._me.name(), self._cpu, self._mem, self._disk, own=True)
         self._children: dict[int, _Proc] = {}
         self._retired: list[_Proc] = []  # gone, their files closed at the next listing
-        self._handover_read_ns = 0  # when the last hand-over's sample was read
+        self._handover = (0, 0)  # the last hand-over's sample: (stamped at, read at)
+        self._full: Sample | None = None  # the thread's last sample with the host's readings
         self._refreshed = 0
         self._stat = _open("/proc/stat") if "cores" in what else -1
         #: a cpu line is at most 8 x 20 digits + its name: the lines of every core and the total
@@ -213,7 +218,10 @@ class HostSampler:
             children = self._me.children(recursive=True)
         except psutil.Error:
             return
+        own = self._exclude()
         for child in children:  # psutil's reads, outside the lock: a hand-over never waits on them
+            if child.pid in own:
+                continue
             try:
                 found[child.pid] = (child.name(), child.create_time())
             except psutil.Error:
@@ -283,17 +291,27 @@ class HostSampler:
         ns = now if at is None else at
         with self._lock:
             samples = self._samples
+            if light and self._full is not None:
+                # the hand-over reads no host files: the thread's last readings (at most a period
+                # old) stand for them, so an iteration's first and last samples both carry some
+                cores, mem = self._full.cores, self._full.mem
+            sample = Sample(ns, self.own_ns(), tuple(procs), cores, mem, net)
+            self.count += 1
+            if not light and (cores is not None or mem is not None):
+                self._full = sample
             if at is None:
-                if now < self._handover_read_ns:
-                    return  # read before a hand-over that is stamped earlier: superseded by it
+                last_at, last_read = self._handover
+                if last_at < now < last_read:
+                    # read between an iteration's end and its hand-over (stamped at the end):
+                    # the job's counters would go backwards after it; its host readings stay
+                    return
             else:
                 # the thread's samples read between the iteration's end and this hand-over hold
                 # less than it does: the hand-over stands for the end, they are dropped
                 while samples and samples[-1].ns > at:
                     samples.pop()
-                self._handover_read_ns = max(self._handover_read_ns, now)
-            samples.append(Sample(ns, self.own_ns(), tuple(procs), cores, mem, net))
-            self.count += 1
+                self._handover = (at, now)
+            samples.append(sample)
         self.sample_wall_ns += time.perf_counter_ns() - wall0
 
     def _read(self, proc: _Proc, cpu_ns: int) -> ProcSample:
@@ -354,12 +372,6 @@ class HostSampler:
             kept = sorted((s for s in samples if s.ns < end), key=lambda s: s.ns)
         earlier = [s for s in kept if s.ns < start]
         chosen = earlier[-1:] + [s for s in kept if s.ns >= start]
-        if chosen and chosen[0].ns < start and chosen[0].cores is None and chosen[0].mem is None:
-            # the hand-over's light sample reads no host files: the host's counters at the
-            # iteration's start are the thread's last sample before it (at most a period older)
-            full = [s for s in earlier if s.cores is not None or s.mem is not None]
-            if full:
-                chosen[0] = chosen[0]._replace(cores=full[-1].cores, mem=full[-1].mem)
         with_cores = [i for i, s in enumerate(chosen) if s.cores is not None]
         detail = {with_cores[0], with_cores[-1]} if with_cores else set()
         out = []
