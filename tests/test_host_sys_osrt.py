@@ -26,10 +26,11 @@ from jobprof.plugins.host_sys.osrt import (
 )
 
 SLEEPS, STATS = 6, 9
-#: waits 0.4 s so the tracer's start (≈0.25 s) is over, then stamps each call on its own clock
+#: waits until the test says the tracer runs (a line on stdin), then stamps each call on its own
+#: clock
 CHILD = f"""
-import os, time
-time.sleep(0.4)
+import os, sys, time
+sys.stdin.readline()
 for _ in range({SLEEPS}):
     a = time.monotonic_ns(); time.sleep(0.05); b = time.monotonic_ns(); print("sleep", a, b, flush=True)
 for _ in range({STATS}):
@@ -46,11 +47,12 @@ Stamps = dict[str, list[tuple[int, int]]]
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[SyscallRecord], Stamps]:
     folder = tmp_path_factory.mktemp("osrt")
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
     tracer = OsrtTracer()
     try:
         tracer.start(child.pid, folder)
-        out = child.communicate(timeout=60)[0]
+        out = child.communicate("go\n", timeout=60)[0]
         end = time.monotonic_ns()
         calls = tracer.take(0, end)
     finally:

@@ -256,14 +256,7 @@ class OsrtTracer:
 
         Segments go to a fresh 0700 folder made inside ``folder`` (no planted link can be in it);
         ``folder`` itself must be a real directory, not a link."""
-        reason = available(self.perf)
-        if reason is not None or self.perf is None:
-            raise OsrtError(reason or "perf not found")
-        info = os.lstat(folder)
-        if not stat.S_ISDIR(info.st_mode):
-            raise OsrtError(f"{folder} is not a directory (or is a link)")
-        self._dir = tempfile.mkdtemp(prefix="osrt-", dir=folder)
-        self._pid = pid
+        self._prepare(pid, folder)
         self._launch()
         self._covered_ns = time.monotonic_ns()  # nothing before the start will come
         self._thread = threading.Thread(target=self._convert_loop, name="jobprof-osrt", daemon=True)
@@ -274,6 +267,17 @@ class OsrtTracer:
         a thread of the job that existed when perf attached and then ends makes perf 6.1 spin,
         see :meth:`_watch`; the plugin's starting thread therefore never ends before the trace)."""
         self._thread = threading.current_thread()
+        self._prepare(pid, folder)
+        with self._proc_lock:
+            if self._stop.is_set():  # the job ended while perf was being found
+                return
+            self._launch()
+        with self._lock:
+            self._covered_ns = time.monotonic_ns()
+        self._convert_loop()
+
+    def _prepare(self, pid: int, folder: str | os.PathLike[str]) -> None:
+        """perf can run, ``folder`` is a real directory: a fresh 0700 folder for perf's output."""
         reason = available(self.perf)
         if reason is not None or self.perf is None:
             raise OsrtError(reason or "perf not found")
@@ -282,13 +286,6 @@ class OsrtTracer:
             raise OsrtError(f"{folder} is not a directory (or is a link)")
         self._dir = tempfile.mkdtemp(prefix="osrt-", dir=folder)
         self._pid = pid
-        with self._proc_lock:
-            if self._stop.is_set():  # the job ended while perf was being found
-                return
-            self._launch()
-        with self._lock:
-            self._covered_ns = time.monotonic_ns()
-        self._convert_loop()
 
     def _launch(self) -> None:
         """Start ``perf record`` on the job's process (its threads now, and those it starts)."""

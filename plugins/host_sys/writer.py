@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, ExportContext, WorkerFetchRecord, records_of
 from jobprof.plugins.host_sys import HOST, SAMPLES  # the streams' names
+from jobprof.plugins.host_sys.sampler import MEMINFO
 
 if TYPE_CHECKING:
     from jobprof.plugin import Timeline
@@ -49,17 +50,9 @@ SYS_MEM_HEADER = [
     "Huge Pages Total(pages)",
     "Huge Pages Free(pages)",
 ]
-SYS_MEM_KEYS = (
-    "MemTotal",
-    "MemFree",
-    "Buffers",
-    "Cached",
-    "Shmem",
-    "CommitLimit",
-    "Committed_AS",
-    "HugePages_Total",
-    "HugePages_Free",
-)
+#: sys_mem's columns from /proc/meminfo: what the sampler reads, less MemAvailable (the
+#: Memory Usage layer's)
+SYS_MEM_KEYS = tuple(k for k in MEMINFO if k != "MemAvailable")
 PROCESS_MEM_HEADER = ["Device_id", "PID", "Name", "Size(pages)", "Resident(pages)", "Shared(pages)"]
 
 
