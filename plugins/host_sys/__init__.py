@@ -208,7 +208,9 @@ def jobprof_session_end(session: PluginSession) -> None:
 
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
-    from jobprof.plugins.host_sys import osrt
+    # what the export needs, report included (its iteration facts): the job asks for the writers
+    # on the training thread, so that the exporting thread imports nothing
+    from jobprof.plugins.host_sys import osrt, report  # noqa: F401
     from jobprof.plugins.host_sys.writer import (
         render_cpu_usage,
         render_host_cpu,

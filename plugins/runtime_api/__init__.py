@@ -100,6 +100,9 @@ def jobprof_session_end(session: PluginSession) -> None:
 @hookimpl
 def jobprof_writers(config: Config | None) -> list[WriterSpec]:
     """``api_statistic``: per API of the iteration, msprof's columns."""
+    # the report too (its iteration facts): asked on the training thread, the exporting thread
+    # then imports nothing
+    from jobprof.plugins.runtime_api import report  # noqa: F401
     from jobprof.plugins.runtime_api.writer import render_csv
 
     return [WriterSpec("api_statistic", "csv", render_csv,
