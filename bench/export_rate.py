@@ -43,7 +43,7 @@ SHARED = "opview.view (shared)"
 
 def metric_group_available(name: str = METRIC_GROUP) -> str | None:
     """The plugin answering the metric group, or None (as ``jobprof export`` would find it)."""
-    from jobprof.plugin.manager import PluginManager
+    from jobprof.engine.manager import PluginManager
     from jobprof.plugin.reporter import Reporter
 
     manager = PluginManager(Reporter())
@@ -103,8 +103,8 @@ def _render_pass(device_dir: Path, meta: Any, writers: list[tuple[str, Any]]) ->
 
 
 def measure(device_dir: Path, cpu: int | None, passes: int) -> dict[str, Any]:
+    from jobprof.engine.manager import PluginManager
     from jobprof.files import batchgc, export
-    from jobprof.plugin.manager import PluginManager
     from jobprof.plugin.reporter import Reporter
 
     cpu = max(os.sched_getaffinity(0)) if cpu is None else cpu

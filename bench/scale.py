@@ -368,7 +368,7 @@ def _source(cache: Path, work: Path) -> tuple[Path, dict[str, Any], bool]:
         return prof, meta, True
     copy = replicate(prof, work / "source", SOURCE_RANKS, facts=False)
     code = ("import sys\nfrom pathlib import Path\nfrom jobprof.analysis import facts\n"
-            "from jobprof.plugin.manager import PluginManager\nfrom jobprof.plugin.reporter import Reporter\n"
+            "from jobprof.engine.manager import PluginManager\nfrom jobprof.plugin.reporter import Reporter\n"
             "m = PluginManager(Reporter())\nm.load_entry_points()\n"
             "print(len(facts.write(Path(sys.argv[1]), m)))\n")
     proc = subprocess.run([sys.executable, "-c", code, str(copy)], env=clean_env(), capture_output=True,

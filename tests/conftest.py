@@ -127,10 +127,10 @@ def runner(tmp_path: Path) -> Runner:
     return Runner(tmp_path)
 
 
-def loaded_manager():  # -> jobprof.plugin.manager.PluginManager
+def loaded_manager():  # -> jobprof.engine.manager.PluginManager
     """A plugin manager with every installed entry point loaded, as the CLI builds one (imported
     here, not at the top: tests/test_same_output.py imports this module and nothing of jobprof)."""
-    from jobprof.plugin.manager import PluginManager
+    from jobprof.engine.manager import PluginManager
     from jobprof.plugin.reporter import Reporter
 
     manager = PluginManager(Reporter())

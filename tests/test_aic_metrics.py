@@ -219,8 +219,8 @@ def test_memory_access_shows_the_copy_volume(jobs):
 @pytest.fixture(scope="module")
 def exported(jobs, tmp_path_factory):
     """{group: device dir} exported offline from the PipeUtilization run's raw data."""
+    from jobprof.engine.manager import PluginManager
     from jobprof.files import export
-    from jobprof.plugin.manager import PluginManager
 
     source = jobs.device_dir("PipeUtilization").parent
     manager = PluginManager()
@@ -285,7 +285,7 @@ def test_no_metric_columns_without_aic_metrics(jobs):
 # -- (6) a third-party group -------------------------------------------------------------------
 INTENSITY = '''
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import NA, MetricSet
+from jobprof.plugin import NA, MetricSet
 
 GROUP = "Intensity"
 
@@ -336,7 +336,7 @@ def test_a_third_party_group_adds_its_column(jobs, tmp_path):
 
 
 def test_one_plugin_answers_for_its_own_groups_only():
-    from jobprof.plugin.manager import PluginManager
+    from jobprof.engine.manager import PluginManager
     from jobprof.plugins import aic_metrics
 
     manager = PluginManager()

@@ -375,8 +375,8 @@ def test_a_job_measures_once_and_then_reads_the_cache(tmp_path):
     """Two jobs on one cache folder: the first measures, the second reads what the first kept
     (same peaks, a start-up of milliseconds); both train exactly as unprofiled; old info.json
     files (no provenance keys) export as before."""
+    from jobprof.engine.manager import PluginManager
     from jobprof.files import export
-    from jobprof.plugin.manager import PluginManager
 
     folder = tmp_path / "cache"
     options = {"training_trace": "on", "task_trace": "on", "aic_metrics": "PipeUtilization"}

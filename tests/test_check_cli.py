@@ -15,7 +15,7 @@ import pytest
 
 from conftest import clean_env, jobprof_cli
 from distributions import make_dist
-from jobprof.plugin import options
+from jobprof.engine import options
 
 DEFAULT_SOURCE = "msprof default options (PROFILING_OPTIONS empty or unset)"
 

@@ -19,8 +19,8 @@ from distributions import make_dist
 from jobprof.analysis import diff
 from jobprof.analysis.selection import Selection
 from jobprof.cli.diff import render
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.results import DiffCount, DiffTable
 
@@ -313,7 +313,7 @@ def test_collectives_per_rank(ranks2: dict[str, Path], profiles: dict[str, Path]
 # shows; a different source for the same number.
 STEPS_PLUGIN = """
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import DiffCount, DiffTable
+from jobprof.plugin import DiffCount, DiffTable
 
 @hookimpl
 def jobprof_diff_tables(profile, device):

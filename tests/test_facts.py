@@ -18,9 +18,9 @@ from conftest import Runner, jobprof_cli, loaded_manager, torchrun
 from jobprof.analysis import facts, summary
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
+from jobprof.engine.manager import PluginManager
 from jobprof.files import rawstore
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -522,7 +522,7 @@ def test_a_worker_reducing_one_device_lists_no_folder_and_loads_plugins_once(
         profile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from jobprof.analysis import facts
     from jobprof.analysis import profile as profile_module
-    from jobprof.plugin.manager import PluginManager
+    from jobprof.engine.manager import PluginManager
 
     prof = copy_of(profile, tmp_path)
     for device in range(1, 41):

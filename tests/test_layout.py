@@ -23,19 +23,26 @@ import pytest
 from conftest import REPO
 
 CORE, PLUGINS = REPO / "core", REPO / "plugins"
-STAGES = ("plugin", "files", "ops", "runtime", "analysis", "imports", "cli")
+STAGES = ("plugin", "engine", "files", "ops", "runtime", "analysis", "imports", "cli")
 #: stage -> the stages it may import (itself always allowed)
 ALLOWED = {
+    # the contract: what a plugin may import, and nothing else
     "plugin": set(),
-    "files": {"plugin"},
+    # the plugin manager, options and configuration: drives the contract, private to jobprof
+    "engine": {"plugin"},
+    "files": {"plugin", "engine"},
     "ops": {"plugin"},
-    "runtime": {"plugin", "files", "ops", "analysis"},
-    "analysis": {"plugin", "files", "ops"},
+    "runtime": {"plugin", "engine", "files", "ops", "analysis"},
+    "analysis": {"plugin", "engine", "files", "ops"},
     # jobprof import: reads traces, writes raw data through files/, renders with the export and
     # the facts of analysis/ (never the profiled-process runtime)
-    "imports": {"plugin", "files", "analysis"},
-    "cli": {"plugin", "files", "analysis", "imports"},
+    "imports": {"plugin", "engine", "files", "analysis"},
+    "cli": {"plugin", "engine", "files", "analysis", "imports"},
 }
+#: the plugin API: the names of ``jobprof.plugin`` (its ``__all__``); every other jobprof module is
+#: private to jobprof: a plugin importing one fails :func:`test_plugins_import_only_the_plugin_api`
+#: unless :data:`PLUGIN_MAY_ALSO_IMPORT` names it
+PUBLIC = "jobprof.plugin"
 
 
 #: what a built-in plugin may import from jobprof besides ``jobprof.plugin`` and its own package:
@@ -61,14 +68,14 @@ def _is_type_checking(node: ast.If) -> bool:
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(path: Path, name: str, known: set[str]) -> set[str]:
+def _imports(path: Path, name: str, known: set[str], type_only: bool = False) -> set[str]:
     """The jobprof modules ``path`` imports when it runs (``from a import b`` counts ``a.b``
-    when that is a module)."""
+    when that is a module); with ``type_only`` those under ``if TYPE_CHECKING:`` too."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_only:
             for child in node.orelse:
                 visit(child)
             return
@@ -91,14 +98,16 @@ def _imports(path: Path, name: str, known: set[str]) -> set[str]:
     return {m for m in out if m in known and m != name}
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(type_only: bool = False) -> dict[str, set[str]]:
     paths = sorted(CORE.rglob("*.py")) + sorted(PLUGINS.rglob("*.py"))
     names = {_module_name(p): p for p in paths}
     known = set(names)
-    return {name: _imports(path, name, known) for name, path in names.items()}
+    return {name: _imports(path, name, known, type_only) for name, path in names.items()}
 
 
 GRAPH = _graph()
+#: with the imports type checkers follow (``if TYPE_CHECKING:``) too
+TYPED_GRAPH = _graph(type_only=True)
 
 
 def _stage(module: str) -> str | None:
@@ -157,7 +166,7 @@ def _outside_the_api(path: Path, root: Path = PLUGINS) -> list[str]:
     for line, module, name in _plugin_imports(path):
         if module == own or module.startswith(own + "."):
             continue
-        if module == "jobprof.plugin" and name in jobprof.plugin.__all__:
+        if module == PUBLIC and name in jobprof.plugin.__all__:
             continue
         if module in PLUGIN_MAY_ALSO_IMPORT or f"{module}.{name}" in PLUGIN_MAY_ALSO_IMPORT:
             continue
@@ -178,13 +187,15 @@ def test_the_api_rule_sees_an_internal_import(tmp_path: Path) -> None:
     plugin = tmp_path / "plugins" / "mine" / "thing.py"
     plugin.parent.mkdir(parents=True)
     plugin.write_text("from jobprof.plugin import hookimpl, Config\n"
-                      "from jobprof.plugin import manager\n"
+                      "from jobprof.engine import manager\n"
+                      "from jobprof.plugin.values import Config\n"
                       "from jobprof.ops import perfcounters\n"
                       "from jobprof.plugins.mine.other import x\n"
                       "if TYPE_CHECKING:\n    from jobprof.analysis.profile import Profile\n")
     assert _outside_the_api(plugin, tmp_path / "plugins") == [
-        "plugins/mine/thing.py:2: jobprof.plugin import manager",
-        "plugins/mine/thing.py:6: jobprof.analysis.profile import Profile"]
+        "plugins/mine/thing.py:2: jobprof.engine import manager",
+        "plugins/mine/thing.py:3: jobprof.plugin.values import Config",
+        "plugins/mine/thing.py:7: jobprof.analysis.profile import Profile"]
 
 
 def test_the_contract_names_no_later_stage_even_for_types() -> None:
@@ -231,6 +242,34 @@ def test_the_import_graph_is_a_dag() -> None:
     assert cycle is None, " -> ".join(cycle or [])
 
 
+def test_no_circle_even_through_type_only_imports() -> None:
+    """A module's annotations name only modules before it: no circle through ``TYPE_CHECKING``
+    imports either (the contract's hookspec names the timeline, never the engine that calls it)."""
+    cycle = _cycle(TYPED_GRAPH)
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_api_package_holds_only_the_contract() -> None:
+    """Every module of ``jobprof.plugin`` gives the API a name (``__init__`` imports from it), or
+    is a helper of one that does; the engine (manager, options, configuration) lives in
+    ``jobprof.engine``, which no plugin imports."""
+    api = "jobprof.plugin"
+    modules = {m for m in GRAPH if m.startswith(api + ".")}
+    exported = {m for m in GRAPH[api] if m in modules}
+    reached = set(exported)
+    todo = list(exported)
+    while todo:
+        for dep in GRAPH[todo.pop()]:
+            if dep in modules and dep not in reached:
+                reached.add(dep)
+                todo.append(dep)
+    assert modules == reached, sorted(modules - reached)
+    for engine in ("manager", "options", "configure", "schemacheck", "moved"):
+        assert f"jobprof.engine.{engine}" in GRAPH and f"{api}.{engine}" not in GRAPH
+    assert not [m for m, deps in GRAPH.items() if m.startswith("jobprof.plugins")
+                for d in deps if _stage(d) == "engine"]
+
+
 def test_the_checker_sees_a_planted_cycle_and_a_forbidden_import() -> None:
     """The checks above can fail: a graph with a cycle is caught, and so is analysis -> runtime."""
     planted = {k: set(v) for k, v in GRAPH.items()}
@@ -246,18 +285,19 @@ def test_old_module_paths_still_import_for_existing_plugins() -> None:
     import importlib
     import sys
 
-    from jobprof.plugin import moved, types
+    import jobprof.plugin as types
+    from jobprof.engine import moved
 
     moved.install()
     moved.install()  # idempotent
     assert sum(type(f).__name__ == "_Alias" for f in sys.meta_path) == 1
     sys.modules.pop("jobprof.types", None)
-    with pytest.warns(DeprecationWarning, match="jobprof.types moved to jobprof.plugin.types"):
+    with pytest.warns(DeprecationWarning, match="jobprof.types moved to jobprof.plugin;"):
         old = importlib.import_module("jobprof.types")
     assert old is types and old.WriterSpec is types.WriterSpec
     for name, new in moved.MOVED.items():
         assert importlib.util.find_spec(new) is not None, new
-        assert not (CORE / (name.split(".")[1] + ".py")).exists(), name
+        assert not CORE.joinpath(*name.split(".")[1:]).with_suffix(".py").exists(), name
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("jobprof.no_such_module")
 

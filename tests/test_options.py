@@ -21,7 +21,7 @@ import jobprof.plugins.training_trace as training_trace
 from conftest import Runner
 from distributions import make_dist
 from jobprof import schemas
-from jobprof.plugin import options
+from jobprof.engine import options
 from jobprof.plugin.reporter import Problem, Reporter, show_value
 
 #: A third-party plugin's fragment: a new key, plus a refinement of a core key (nested allOf).
@@ -556,7 +556,7 @@ def test_a_plugin_can_add_a_metric_group_name(tmp_path: Path) -> None:
 
 def test_a_profiled_start_with_valid_options_never_imports_jsonschema(tmp_path: Path) -> None:
     """jsonschema (0.1-1.1 s to import) explains invalid options; valid ones are checked by
-    jsonschema-rs alone (jobprof.plugin.schemacheck), so the job starts without it."""
+    jsonschema-rs alone (jobprof.engine.schemacheck), so the job starts without it."""
     code = "import sys; print('jsonschema' in sys.modules, 'jobprof.runtime.bootstrap' in sys.modules)"
     every = {"output": str(tmp_path), "training_trace": "on", "task_trace": "l1", "aicpu": "on", "hccl": "on",
              "msproftx": "on", "aic_metrics": "PipeUtilization", "l2": "on", "kineto_trace": "on",
@@ -583,8 +583,8 @@ def test_the_fast_check_and_jsonschema_agree(options: dict) -> None:
     built-in plugin (the fast check must never let through what jsonschema refuses)."""
     import jsonschema
 
-    from jobprof.plugin import configure, schemacheck
-    from jobprof.plugin.manager import PluginManager
+    from jobprof.engine import configure, schemacheck
+    from jobprof.engine.manager import PluginManager
 
     manager = PluginManager()
     manager.load_entry_points()

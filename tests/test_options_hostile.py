@@ -22,8 +22,8 @@ import pytest
 import test_options
 
 from conftest import Runner, jobprof_cli
-from jobprof.plugin import configure, options
-from jobprof.plugin.manager import PluginManager
+from jobprof.engine import configure, options
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.reporter import Reporter, escape
 
 TMP = "@TMP@"  # replaced by the test's tmp_path

@@ -19,8 +19,8 @@ import pytest
 
 from conftest import Runner, jobprof_cli, raw, raw_iterations
 from distributions import make_dist
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.hookspec import Answer, hookimpl
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.values import MetricSet, WriterSpec
 
@@ -45,7 +45,7 @@ print("training done")
 # -- working plugins -------------------------------------------------------------------------
 GOOD = """
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import WriterSpec
+from jobprof.plugin import WriterSpec
 
 STREAM = "good"
 
@@ -154,7 +154,7 @@ BROKEN: dict[str, tuple[str, str]] = {
         """, "Argument(s) {'batch'} are declared in the hookimpl but can not be found"),
     "iter_raises": ("""
         from jobprof.plugin.hookspec import hookimpl
-        from jobprof.plugin.types import WriterSpec
+        from jobprof.plugin import WriterSpec
 
         @hookimpl
         def jobprof_iteration_end(iteration):
@@ -187,7 +187,7 @@ BROKEN: dict[str, tuple[str, str]] = {
         """, "jobprof_session_start raised KeyError: 'no such device'"),
     "render_raises": ("""
         from jobprof.plugin.hookspec import hookimpl
-        from jobprof.plugin.types import WriterSpec
+        from jobprof.plugin import WriterSpec
 
         @hookimpl
         def jobprof_iteration_end(iteration):

@@ -1,4 +1,4 @@
-"""The declared records of shared streams (jobprof.plugin.types): a real 2-rank gloo job with
+"""The declared records of shared streams (jobprof.plugin.records): a real 2-rank gloo job with
 hccl, training_trace (fp_point / bp_point), msproftx, dp (inline and worker batches) and kineto
 writes raw records every declaration accepts and reproduces byte for byte; a record not shaped
 right reads as None, and the readers of other plugins' streams (kineto, step_trace) skip it."""

@@ -36,7 +36,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
 # a third-party plugin: only a report section, from the profile's own API
 ACME = """
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.types import Finding, Section
+from jobprof.plugin import Finding, Section
 
 
 @hookimpl

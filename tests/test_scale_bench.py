@@ -15,7 +15,7 @@ import pytest
 from conftest import Runner, jobprof_cli, torchrun
 from jobprof.analysis import facts
 from jobprof.analysis.profile import Profile
-from jobprof.plugin.manager import PluginManager
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,8 +19,8 @@ from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection
 from jobprof.analysis.stats import p95
 from jobprof.analysis.summary import summarize
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.hookspec import hookimpl
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.results import Finding, Section
 from jobprof.plugin.values import Iteration

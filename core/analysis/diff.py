@@ -27,7 +27,7 @@ from jobprof.analysis.facts import Progress
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.selection import Selection, narrowed
 from jobprof.analysis.stats import median_interval, p95
-from jobprof.plugin.manager import PluginManager
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.results import PROFILER, DiffCount, DiffTable
 
 SCHEMA = "jobprof.diff/1"

@@ -38,10 +38,10 @@ from jobprof.analysis import breakdown, workers
 from jobprof.analysis.profile import Facts, Profile
 from jobprof.analysis.selection import Selection, runs
 from jobprof.analysis.stats import describe
+from jobprof.engine.manager import DISABLE_ENV, PluginManager
 from jobprof.files import batchgc, fsio, jsonread, rawstore
 from jobprof.files.profdir import info_rank
 from jobprof.plugin import results
-from jobprof.plugin.manager import DISABLE_ENV, PluginManager
 from jobprof.plugin.reporter import Reporter
 from jobprof.plugin.values import Iteration
 

@@ -22,7 +22,7 @@ from jobprof.plugin.results import Finding, Section
 from jobprof.plugin.values import PartSource
 
 if TYPE_CHECKING:
-    from jobprof.plugin.manager import PluginManager
+    from jobprof.engine.manager import PluginManager
 
 #: a part of the iteration worth a finding once its share of the run reaches this
 PART_SHARE = {"profiler": 0.05, "communication_not_overlapped": 0.15, "free": 0.20, "refresh": 0.30}

@@ -20,7 +20,7 @@ from jobprof.analysis import captures, facts, findings
 from jobprof.analysis.facts import Progress, quiet
 from jobprof.analysis.profile import Profile
 from jobprof.analysis.stats import describe
-from jobprof.plugin.manager import PluginManager
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.results import Section
 from jobprof.plugin.values import NA
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from jobprof.analysis.selection import Selection
 from jobprof.cli.progress import progress, shown
+from jobprof.engine.manager import PluginManager
 from jobprof.files import rawstore
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
 

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobprof.plugin import configure, options
+    from jobprof.engine import configure, options
     from jobprof.plugin.reporter import escape
 
     # problem lines are escaped already; a terminal that takes ASCII only gets the rest

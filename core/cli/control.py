@@ -418,7 +418,7 @@ def _say_refused(number: int, procs: dict[tuple[str, int], dict[str, Any]],
 
 
 def _validate(merged: dict[str, Any]) -> None:
-    from jobprof.plugin.configure import prepare
+    from jobprof.engine.configure import prepare
 
     manager, _ = new_manager()
     outcome, _ = prepare(manager, {}, json.dumps(merged))

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from jobprof.analysis import facts
 from jobprof.analysis.selection import ranges, runs
+from jobprof.engine.manager import PluginManager
 from jobprof.files import batchgc, export, fsio, handover, profdir, rawstore
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import Reporter
 
 #: free disk the exporter never takes (as the job's storage budget: docs/storage.md)

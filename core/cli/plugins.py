@@ -18,7 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobprof.plugin import options
+    from jobprof.engine import options
 
     manager, _ = new_manager()
     manager.load_entry_points()

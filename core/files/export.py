@@ -14,11 +14,11 @@ from typing import Any
 
 import attrs
 
+from jobprof.engine.manager import PluginManager
 from jobprof.files import csvsafe, kinetotrace, profdir, rawstore
 from jobprof.files.fsio import atomic_write, make_dirs
 from jobprof.plugin import timeline
 from jobprof.plugin.clock import ClockAnchor, own_base
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.values import Config, ExportContext, Iteration, MetricSet, WriterSpec
 
 
@@ -48,9 +48,17 @@ def writers_for(manager: PluginManager, config: Config | None) -> list[tuple[str
     """Every plugin's writers, then the core's master timeline (built from every plugin)."""
     specs = [(plugin, spec) for plugin, specs in manager.writers(config)
              for spec in specs]
-    master = WriterSpec(timeline.NAME, "json", partial(timeline.render_master, manager),
+    master = WriterSpec(timeline.NAME, "json", partial(render_master, manager),
                         "master timeline: the tracks of every plugin")
     return [*specs, (CORE, master)]
+
+
+def render_master(manager: PluginManager, ctx: ExportContext) -> str | None:
+    """The master timeline of ``ctx``'s iteration: every active plugin adds its tracks
+    (``jobprof_timeline``), None when none added an event."""
+    master = timeline.Timeline(ctx.pid)
+    manager.timeline(ctx, master)
+    return master.render()
 
 
 class Cancelled(Exception):

@@ -28,7 +28,7 @@ import attrs
 from jobprof.files import fsio, jsonread, kinetotrace
 from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREAM, PROFILER_STREAM
 
-# ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.types ("core streams") and
+# ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.records ("core streams") and
 # kept importable from here.  PROFILER_STREAM: jobprof's own work inside the iteration, in the
 # job's time, ``[[start_ns, end_ns], ...]`` (hand-overs at iteration ends, what
 # ``Session.record_own`` was told), each span in the raw line of the iteration it lies in; an

@@ -206,8 +206,8 @@ def render_rank(device_dir: Path) -> tuple[str, ...]:
     """The ordinary export of one imported device folder, then its facts file (a worker);
     what went wrong."""
     from jobprof.analysis import facts
+    from jobprof.engine.manager import PluginManager
     from jobprof.files import export
-    from jobprof.plugin.manager import PluginManager
     from jobprof.plugin.reporter import Reporter
 
     manager = PluginManager(Reporter())

@@ -25,7 +25,7 @@ Lifecycle of one profiled process::
 
 A hook that raises disables its plugin for the rest of the process; the job and the other
 plugins carry on, and the reporter names the plugin once.  So does a result the hook's
-contract does not allow (checked by ``jobprof.plugin.manager.CHECKS``).
+contract does not allow (checked by the engine, ``jobprof.engine.manager.CHECKS``).
 
 Hooks are called by pluggy, with pluggy's semantics:
 
@@ -303,7 +303,7 @@ def jobprof_rank_facts(profile: Profile, device: int) -> Any:
     """Return this plugin's aggregates of one device, for its report sections to combine.
 
     The map half of the analysis commands' map/reduce: called once per device, on a
-    :class:`~jobprof.analysis.profile.Profile` that holds that device alone, wherever the device
+    :class:`~jobprof.plugin.Profile` that holds that device alone, wherever the device
     is reduced: in the command's process, a worker process (``--jobs``), a Dask worker
     (``--engine dask``), or by the exporter (the session's exit export and ``jobprof export``),
     which keeps every plugin's answer in the device's facts file so that later commands read no
@@ -326,7 +326,7 @@ def jobprof_rank_facts(profile: Profile, device: int) -> Any:
 def jobprof_report_sections(profile: Profile) -> Iterable[Section] | None:
     """Return tables describing a profile, for ``jobprof summary``, ``report`` and ``diff``.
 
-    Called once per command with a :class:`~jobprof.analysis.profile.Profile` (read-only view of a
+    Called once per command with a :class:`~jobprof.plugin.Profile` (read-only view of a
     ``PROF_`` directory that follows the user's ``--rank`` / ``--iterations``).  Return
     :class:`~jobprof.plugin.Section` objects (each with a stable ``key`` and optional
     :class:`~jobprof.plugin.Finding` objects: numbered statements with their evidence), or None.
@@ -349,7 +349,7 @@ def jobprof_diff_tables(profile: Profile, device: int) -> Iterable[DiffTable] | 
     Called once per device wherever its facts are computed, as ``jobprof_rank_facts`` is: at the
     job's exit and by ``jobprof export`` (the tables are kept in the device's facts file, so
     ``jobprof diff`` reads no raw data), or by ``jobprof diff`` for a device without a valid facts
-    file, with a :class:`~jobprof.analysis.profile.Profile` of that device (it follows
+    file, with a :class:`~jobprof.plugin.Profile` of that device (it follows
     ``--rank`` / ``--iterations``).
     Return :class:`~jobprof.plugin.DiffTable` objects (each with a stable ``key``, its
     key ``columns`` and one :class:`~jobprof.plugin.DiffCount` per key: calls, time,

@@ -16,11 +16,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from jobprof.plugin.manager import PluginManager
-    from jobprof.plugin.values import ExportContext
+from typing import Any
 
 #: the writer name of the master timeline (``msprof_<dev>_<model>_<iter>.json``)
 NAME = "msprof"
@@ -155,9 +151,3 @@ class Timeline:
         parts = [dumps(self.metadata + self.events)[1:-1], *self.texts]
         return "[" + ", ".join(p for p in parts if p) + "]"
 
-
-def render_master(manager: PluginManager, ctx: ExportContext) -> str | None:
-    """Ask every active plugin for its tracks of ``ctx``'s iteration and render the file."""
-    timeline = Timeline(ctx.pid)
-    manager.timeline(ctx, timeline)
-    return timeline.render()

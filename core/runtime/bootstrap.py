@@ -14,9 +14,9 @@ import time
 
 import attrs
 
-from jobprof.plugin import options
-from jobprof.plugin.configure import prepare, uncollected
-from jobprof.plugin.manager import PluginManager
+from jobprof.engine import options
+from jobprof.engine.configure import prepare, uncollected
+from jobprof.engine.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER
 from jobprof.plugin.values import Config
 from jobprof.runtime import _state, exits

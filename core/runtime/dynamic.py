@@ -389,8 +389,8 @@ class Controller:
 
     def _build(self, overrides: Mapping[str, Any]) -> Session:
         """A capture session: the job's options under ``overrides`` (ValueError: invalid)."""
-        from jobprof.plugin.configure import prepare
-        from jobprof.plugin.manager import PluginManager
+        from jobprof.engine.configure import prepare
+        from jobprof.engine.manager import PluginManager
         from jobprof.runtime.session import Session
 
         options = {**self.options, **overrides}

@@ -24,6 +24,7 @@ import attrs
 
 from jobprof import __version__
 from jobprof.analysis.selection import ranges, run_texts
+from jobprof.engine.manager import PluginManager
 from jobprof.files import export, kinetotrace, profdir
 from jobprof.files.fsio import write_with_done
 from jobprof.files.rawstore import ITERATION_STREAM, PROFILER_STREAM
@@ -32,7 +33,6 @@ from jobprof.ops.opcapture import Detail, OpCapture
 from jobprof.plugin import clock
 from jobprof.plugin.clock import ClockAnchor
 from jobprof.plugin.frames import hide_frame
-from jobprof.plugin.manager import PluginManager
 from jobprof.plugin.reporter import REPORTER, Reporter
 from jobprof.plugin.values import Config, Iteration
 from jobprof.runtime import deviceinfo

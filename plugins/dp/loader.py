@@ -210,7 +210,7 @@ class LoaderCollector:
                 self._fetches[:0] = [f for f in fetches if f.end > end_ns]
         records: list[dict[str, Any]] = []
         used: Counter[int] = Counter()
-        # the stream's declared records (jobprof.plugin.types), built here off the training thread
+        # the stream's declared records (jobprof.plugin.records), built here off the training thread
         for loader, number, start, end, before, after, worker, tid, produced in batches:
             used[loader] += 1
             records.append(BatchRecord(start, end, loader, number, before, after, worker, tid,

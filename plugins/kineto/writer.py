@@ -56,7 +56,7 @@ _GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"}
 #: msproftx domain of record_function blocks (already in the ops stream as user_annotation)
 _RECORD_FUNCTION_DOMAIN = "record_function"
 #: the streams a file is rendered from, besides the iteration record; all but the operators
-#: are other plugins' streams, read through their declarations (jobprof.plugin.types)
+#: are other plugins' streams, read through their declarations (jobprof.plugin.records)
 _SOURCES = ("ops", OP_MEMORY_STREAM, StepPointsRecord.STREAM, CollectiveRecord.STREAM, TxRecord.STREAM,
             BatchRecord.STREAM)
 

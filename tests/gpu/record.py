@@ -30,7 +30,7 @@ HCCL_PROBE = """
 import os, socket, sys, time, traceback, torch, torch.distributed as dist
 from torch import nn
 from jobprof.plugins.hccl.capture import Capture
-from jobprof.plugin.types import Iteration
+from jobprof.plugin import Iteration
 os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]

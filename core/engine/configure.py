@@ -11,8 +11,8 @@ import os
 
 import attrs
 
-from jobprof.plugin import options
-from jobprof.plugin.manager import PluginManager
+from jobprof.engine import options
+from jobprof.engine.manager import PluginManager
 
 
 def prepare(manager: PluginManager, environ: os._Environ | dict = os.environ,

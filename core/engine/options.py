@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 
 from jobprof import schemas
-from jobprof.plugin import schemacheck
+from jobprof.engine import schemacheck
+from jobprof.engine.schemacheck import SchemaProblem
 from jobprof.plugin.reporter import Problem
-from jobprof.plugin.schemacheck import SchemaProblem
 from jobprof.plugin.values import Config
 
 if TYPE_CHECKING:
-    import jsonschema  # imported where an error is explained (jobprof.plugin.schemacheck)
+    import jsonschema  # imported where an error is explained (jobprof.engine.schemacheck)
 
 #: msprof's option set when PROFILING_MODE=true and PROFILING_OPTIONS is empty or unset.
 MSPROF_DEFAULT = {

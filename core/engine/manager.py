@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any, cast
 import attrs
 import pluggy
 
-from jobprof.plugin import hookspec, moved
+from jobprof.engine import moved
+from jobprof.plugin import hookspec
 from jobprof.plugin.hookspec import Answer
 from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREAM, PROFILER_STREAM
 from jobprof.plugin.reporter import REPORTER, Reporter
@@ -535,7 +536,7 @@ class PluginManager(pluggy.PluginManager):
 
 # -- result contracts ----------------------------------------------------------------------
 def _check_schema(manager: PluginManager, plugin: str, result: Any) -> Mapping[str, Any]:
-    from jobprof.plugin import options
+    from jobprof.engine import options
 
     if not isinstance(result, Mapping):
         raise ContractError(f"{type(result).__name__}, not a JSON Schema object")

@@ -3,9 +3,9 @@ against them (``from jobprof.hookspec import hookimpl``, ``from jobprof.types im
 
 A finder at the END of ``sys.meta_path`` answers only for names no other finder found, so it
 costs nothing for any other import.  ``import jobprof.types`` then gives the very module
-``jobprof.plugin.types`` (one module object: ``isinstance`` and the manager's checks hold) and a
+``jobprof.plugin`` (one module object: ``isinstance`` and the manager's checks hold) and a
 ``DeprecationWarning`` naming the new path.  Installed when plugins are loaded
-(:meth:`jobprof.plugin.manager.PluginManager.load_entry_points`), never at interpreter start.
+(:meth:`jobprof.engine.manager.PluginManager.load_entry_points`), never at interpreter start.
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ from types import ModuleType
 
 #: old module name -> where it lives now
 MOVED = {f"jobprof.{old}": f"jobprof.{new}" for old, new in {
-    **{m: f"plugin.{m}" for m in ("hookspec", "types", "manager", "options", "reporter", "clock", "lanes",
-                                  "timeline", "opmath")},
+    **{m: f"plugin.{m}" for m in ("hookspec", "reporter", "clock", "lanes", "timeline", "opmath")},
+    # the value, record and result types: one flat module, then split by concern; all of them
+    # are names of the plugin API package
+    "types": "plugin", "plugin.types": "plugin",
+    # the engine (plugin manager, options) left the API package: plugins never import it
+    **{m: f"engine.{m}" for m in ("manager", "options")},
+    **{f"plugin.{m}": f"engine.{m}" for m in ("manager", "options", "configure", "schemacheck", "moved")},
     **{m: f"files.{m}" for m in ("fsio", "rawstore", "profdir", "export", "pftrace")},
     **{m: f"ops.{m}" for m in ("opcapture", "perfcounters", "calibrate")},
     "optree": "plugin.opview",
