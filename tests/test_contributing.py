@@ -21,6 +21,7 @@ import pytest
 from conftest import REPO, Runner, jobprof_cli, read_csv
 from distributions import make_dist
 from jobprof.files import rawstore
+from jobprof.plugin import read_raw
 from jobprof.plugin.clock import ClockAnchor
 from jobprof.plugin.values import STEP_MODE_MODEL_ID
 
@@ -145,7 +146,8 @@ def test_example_plugin_profiles_a_real_training_loop(job, example):
     assert example["plugin"] in info["plugins"]
     assert info["options"]["gc_trace"] == "on"
     anchor = ClockAnchor.from_info(json.loads((device / "start_info.0").read_text()))
-    raw = dict(rawstore.read(device))
+    raw = dict(read_raw(device))  # the API's reader: the core's, less its operator windows
+    assert raw == dict(rawstore.read(device)) and sorted(raw) == list(range(1, STEPS + 1))
     for i in range(1, STEPS + 1):
         [it], records = raw[i]["iteration"], raw[i]["gc"]
         assert records, f"iteration {i}: gc.collect(0) ran in it, but no collection was recorded"
@@ -219,3 +221,38 @@ def _documented_test() -> str:
     blocks = re.findall(r"^```python\n(.*?)^```[ \t]*$", section, re.M | re.S)
     [test] = [b for b in blocks if re.search(r"^def test_", b, re.M)]
     return test
+
+
+# -- the document sends plugin authors only to the plugin API ------------------------------------
+#: a jobprof module named in the text: ``jobprof.<name>...`` or ``from jobprof import <name>``;
+#: a command (``jobprof export``, ``jobprof plugins``) has a space, not a dot, and is no module
+_DOTTED = re.compile(r"(?<![\w.-])jobprof\.([A-Za-z_]\w*)(?:\.\w+)*")
+_FROM = re.compile(r"\bfrom jobprof import ([\w, ]+)")
+
+
+def modules_outside_the_api(text: str) -> list[str]:
+    """Every jobprof module ``text`` names that is not ``jobprof.plugin`` (or inside it)."""
+    named = {m.group(0) for m in _DOTTED.finditer(text) if m.group(1) != "plugin"}
+    named |= {f"jobprof.{name.strip()}" for m in _FROM.finditer(text) for name in m.group(1).split(",")
+              if name.strip() not in ("plugin", "")}
+    return sorted(named)
+
+
+def test_contributing_names_only_the_plugin_api():
+    """A third-party author is sent only to ``jobprof.plugin``: every other jobprof module is
+    private to jobprof and may change in any release (commands like ``jobprof export`` are fine)."""
+    assert modules_outside_the_api(DOC.read_text(encoding="utf-8")) == []
+
+
+def test_the_api_check_sees_a_planted_module():
+    """The check above can fail: a stage module, a built-in plugin and a ``from jobprof import``
+    are named; the API, its submodules, commands and file names are not."""
+    planted = DOC.read_text(encoding="utf-8") + (
+        "\nread it with `jobprof.files.rawstore.read(device_dir)`;\n"
+        "```python\nfrom jobprof import mstx\nfrom jobprof.runtime import channel\n```\n"
+        "see jobprof.plugins.dp.channel.\n")
+    assert modules_outside_the_api(planted) == [
+        "jobprof.files.rawstore.read", "jobprof.mstx", "jobprof.plugins.dp.channel", "jobprof.runtime"]
+    fine = ("`jobprof export PROF_DIR`, `from jobprof.plugin import read_raw, channel`, "
+            "`jobprof.plugin.hookspec`, jobprof_gc.py, jobprof-gc, `import jobprof.plugin`")
+    assert modules_outside_the_api(fine) == []

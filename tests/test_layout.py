@@ -50,7 +50,6 @@ PUBLIC = "jobprof.plugin"
 PLUGIN_MAY_ALSO_IMPORT = {
     "jobprof.ops.perfcounters": "l2: the CPU's cache counters (perf_event_open)",
     "jobprof.ops.calibrate": "aic_metrics: the device's measured peaks",
-    "jobprof.runtime.channel": "dp: the socket channel from DataLoader worker processes",
 }
 
 
@@ -340,3 +339,27 @@ def test_the_documented_example_plugins_import_only_the_plugin_api(tmp_path: Pat
         except SyntaxError:
             continue  # a fragment (``...``) that is not a module: it imports nothing to check
     assert not bad, "\n".join(bad)
+
+
+def test_the_channel_is_api_but_imported_only_when_used() -> None:
+    """``from jobprof.plugin import channel`` gives the socket channel (a name of ``__all__``), but
+    importing ``jobprof.plugin``, which every profiled process does at interpreter start, does not
+    import it, nor the socket modules it needs."""
+    import os
+    import subprocess
+    import sys
+
+    import jobprof.plugin
+
+    assert "channel" in jobprof.plugin.__all__ and "read_raw" in jobprof.plugin.__all__
+    code = ("import sys, jobprof.plugin\n"
+            "heavy = ('jobprof.plugin.channel', 'socket', 'selectors', 'secrets', 'tempfile')\n"
+            "print(sorted(m for m in heavy if m in sys.modules))\n"
+            "from jobprof.plugin import channel\n"
+            "print(channel is sys.modules['jobprof.plugin.channel'] is jobprof.plugin.channel)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PROFILING_", "JOBPROF_"))}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[]", "True"], proc.stdout
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        jobprof.plugin.no_such_name  # noqa: B018

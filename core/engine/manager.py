@@ -49,7 +49,7 @@ from jobprof.plugin.values import MetricSet, PartSource, PluginRecord, WriterSpe
 
 if TYPE_CHECKING:
     from jobprof.plugin.timeline import Timeline
-    from jobprof.plugin.values import Config, ExportContext, Iteration
+    from jobprof.plugin.values import Config, ExportContext, Iteration, Streams
     from jobprof.plugin.views import Profile
 
 GROUP = "jobprof"
@@ -455,11 +455,11 @@ class PluginManager(pluggy.PluginManager):
         self._caller("jobprof_timeline", True)(ctx=ctx, timeline=timeline)
 
     def iteration_spans(self, iteration: Iteration,
-                        streams: Mapping[str, list]) -> list[tuple[str, dict[str, list[tuple[int, int]]]]]:
+                        streams: Streams) -> list[tuple[str, dict[str, list[tuple[int, int]]]]]:
         """``jobprof_iteration_spans`` of every loaded plugin: ``(plugin, {category: spans})``."""
         return self._answers("jobprof_iteration_spans", False, iteration=iteration, streams=streams)
 
-    def iteration_facts(self, iteration: Iteration, streams: Mapping[str, list]) -> list[tuple[str, Any]]:
+    def iteration_facts(self, iteration: Iteration, streams: Streams) -> list[tuple[str, Any]]:
         """``jobprof_iteration_facts`` of every loaded plugin: ``(plugin, digest)``, as JSON
         gives it back."""
         return self._answers("jobprof_iteration_facts", False, iteration=iteration, streams=streams)

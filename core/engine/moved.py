@@ -32,8 +32,9 @@ MOVED = {f"jobprof.{old}": f"jobprof.{new}" for old, new in {
     # moved again when the plugin API became one package: from a stage into the contract
     "ops.optree": "plugin.opview", "ops.opmath": "plugin.opmath", "files.lanes": "plugin.lanes",
     "files.timeline": "plugin.timeline",
-    **{m: f"runtime.{m}" for m in ("bootstrap", "session", "sink", "steps", "torch_import", "storage",
-                                   "channel")},
+    **{m: f"runtime.{m}" for m in ("bootstrap", "session", "sink", "steps", "torch_import", "storage")},
+    # the socket channel from helper processes joined the contract: plugins import it from there
+    "channel": "plugin.channel", "runtime.channel": "plugin.channel",
     **{m: f"analysis.{m}" for m in ("profile", "selection", "summary", "breakdown", "findings", "diff",
                                     "merge", "stats", "cann8")},
     "progress": "cli.progress",

@@ -13,7 +13,6 @@ readers.  Segments ``raw.<first iteration:09d>.jsonl`` hold up to
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import json
 import os
@@ -26,7 +25,10 @@ from typing import Any
 import attrs
 
 from jobprof.files import fsio, jsonread, kinetotrace
-from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREAM, PROFILER_STREAM
+from jobprof.plugin import rawread
+from jobprof.plugin.rawread import Digits, Strings, fields_problem, segments
+from jobprof.plugin.rawread import kind as _kind
+from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREAM, PROFILER_STREAM  # noqa: F401
 
 # ITERATION_STREAM and PROFILER_STREAM are declared in jobprof.plugin.records ("core streams") and
 # kept importable from here.  PROFILER_STREAM: jobprof's own work inside the iteration, in the
@@ -35,7 +37,6 @@ from jobprof.plugin.records import ITERATION_STREAM, OP_MEMORY_STREAM, OPS_STREA
 # empty list says 0, not N/A
 SEGMENT_ITERATIONS = 100
 SEGMENT_BYTES = 8 * 1024 * 1024
-_SEGMENT_RE = re.compile(r"^raw\.(\d{9})\.jsonl$")
 
 
 @attrs.frozen
@@ -151,15 +152,6 @@ class RawWriter:
             self._fd = None
 
 
-def segments(device_dir: Path) -> list[Path]:
-    data = device_dir / "data"
-    if not data.is_dir():
-        return []
-    # a FIFO or device named like a segment is listed too: read() names it, once, when its open
-    # (fsio.open_read, which never blocks) refuses it
-    return sorted(p for p in data.iterdir() if _SEGMENT_RE.match(p.name) and p.exists() and not p.is_dir())
-
-
 # --- reading: the one layer every command reads raw data and metadata through ----------------
 # A PROF_ directory may have been cut by a crash, edited by hand or written by someone else:
 # readers take only lines, records and metadata files of the shape jobprof writes, drop the rest
@@ -167,8 +159,6 @@ def segments(device_dir: Path) -> list[Path]:
 
 #: where read problems go while a command runs (see :func:`reporting`); nowhere otherwise
 _PROBLEMS: ContextVar[Callable[[str], None] | None] = ContextVar("jobprof_read_problems", default=None)
-#: the largest integer jobprof writes (ns since boot, epoch ns, iteration numbers): int64
-INT_MAX = (1 << 63) - 1
 
 
 @contextlib.contextmanager
@@ -188,155 +178,21 @@ def problem(text: str) -> None:
         sink(text)
 
 
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT_MAX
-
-
-def _show(value: Any) -> str:
-    """A value in a problem message: JSON-ish, one line, short (never a Python repr)."""
-    try:
-        text = json.dumps(value, ensure_ascii=True)
-    except (TypeError, ValueError, RecursionError):
-        text = type(value).__name__
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _kind(value: Any) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
-             int: "an integer", float: "a number"}
-    return names.get(type(value), type(value).__name__)
-
-
-#: the core's iteration record (jobprof.plugin.Iteration.to_record): field -> (types, required)
-_ITERATION_FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
-    "index": ((int,), True), "start_ns": ((int,), True), "end_ns": ((int,), True),
-    "method": ((str,), True), "fp_start_ns": ((int, type(None)), False),
-    "bp_end_ns": ((int, type(None)), False), "skipped": ((bool,), False), "model_id": ((int,), False)}
-
-
-class Digits:
-    """A field type: a non-negative int64, or its decimal digits as a string (start_info's form)."""
-
-
-class Strings:
-    """A field type: a list of strings."""
-
-
-def _field_ok(value: Any, types: tuple[type, ...]) -> bool:
-    if Digits in types and (_int(value) or (isinstance(value, str) and value.isascii() and value.isdigit()
-                                            and len(value) <= 19 and int(value) <= INT_MAX)):
-        return True
-    if Strings in types and isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return True
-    if isinstance(value, bool):
-        return bool in types
-    if isinstance(value, int) and int in types:
-        return _int(value)
-    return isinstance(value, tuple(t for t in types if t not in (Digits, Strings)))
-
-
-def _want(types: tuple[type, ...]) -> str:
-    names = {Digits: "a non-negative integer (or its digits)", Strings: "a list of strings",
-             int: "a non-negative integer", type(None): "null"}
-    return " or ".join(names.get(t) or _kind(t()) for t in types)
-
-
-def fields_problem(record: Mapping[str, Any], fields: Mapping[str, tuple[tuple[type, ...], bool]],
-                   what: str) -> str | None:
-    """What is wrong with ``record`` against ``fields`` (name -> (allowed types, required)), or
-    None; integers must be non-negative int64 values (what jobprof writes), never booleans."""
-    for name, (types, required) in fields.items():
-        if name not in record:
-            if required:
-                return f"{what} has no {name}"
-            continue
-        if not _field_ok(record[name], types):
-            return f"{what} {name} is {_show(record[name])}, not {_want(types)}"
-    return None
-
-
-def _line_problem(record: Any) -> tuple[tuple[int, dict[str, list[Any]]] | None, str | None]:
-    """``((index, streams), None)`` for a good line, ``((index, streams), note)`` when records
-    were dropped from it, ``(None, problem)`` for a line that is not an iteration."""
-    if not isinstance(record, dict):
-        return None, f"{_kind(record)}, not an object"
-    if "index" not in record or "streams" not in record:
-        return None, f"no {'index' if 'index' not in record else 'streams'}"
-    index, streams = record["index"], record["streams"]
-    if not _int(index):
-        return None, f"index is {_show(index)}, not a non-negative integer"
-    if not isinstance(streams, dict):
-        return None, f"streams is {_kind(streams)}, not an object"
-    its = streams.get(ITERATION_STREAM)
-    if not isinstance(its, list) or not its:
-        return None, f"no {ITERATION_STREAM} record" if its is None else \
-            f"streams.{ITERATION_STREAM} is {_show(its)}, not a list of one record"
-    if not isinstance(its[0], dict):
-        return None, f"{ITERATION_STREAM} record is {_show(its[0])}, not an object"
-    wrong = fields_problem(its[0], _ITERATION_FIELDS, f"{ITERATION_STREAM} record")
-    if wrong is None and its[0]["end_ns"] < its[0]["start_ns"]:
-        wrong = f"{ITERATION_STREAM} record ends (end_ns) before it starts (start_ns)"
-    if wrong:
-        return None, wrong
-    kept: dict[str, list[Any]] = {}
-    dropped: list[str] = []
-    for name, records in streams.items():
-        good: list[Any]
-        if not isinstance(records, list):
-            dropped.append(f"stream {name!s:.40} is {_kind(records)}, not a list")
-            continue
-        if name == PROFILER_STREAM:  # the core's own: [[start_ns, end_ns], ...]
-            good = [r for r in records if isinstance(r, list) and len(r) == 2 and all(map(_int, r))
-                    and r[0] <= r[1]]
-        elif name == ITERATION_STREAM:
-            good = records[:1]
-        elif all(isinstance(r, (dict, list)) for r in records):  # a plugin's, the common case
-            good = records
-        else:  # a plugin's: objects (or lists, e.g. task_trace ops), its own fields
-            good = [r for r in records if isinstance(r, (dict, list))]
-        if len(good) != len(records):
-            dropped.append(f"{len(records) - len(good)} bad record(s) of stream {name!s:.40}")
-        kept[name] = good
-    return (index, kept), "; ".join(dropped) or None
-
-
 def _load_line(line: bytes) -> Any:
-    try:
-        return jsonread.loads(line)
-    except RecursionError:  # nesting deeper than the parser's stack: not a line jobprof wrote
-        raise ValueError("nested too deeply") from None
+    return rawread.decode(line, jsonread.loads)
 
 
 def _parse(line: bytes) -> tuple[int, dict[str, list[Any]]] | None:
     """One line's ``(index, streams)``, or None when it is not a valid iteration line."""
     try:
-        parsed, _ = _line_problem(_load_line(line))
+        parsed, _ = rawread.line_problem(_load_line(line))
     except ValueError:
         return None  # a torn last line (power loss, full disk): that iteration is lost
     return parsed
 
 
-class _FileProblems:
-    """The problems of one file, reported as one message: how many, and the first few."""
-
-    SHOWN = 3
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.count, self.first = path, 0, []  # type: ignore[var-annotated]
-
-    def add(self, where: str, text: str) -> None:
-        self.count += 1
-        if len(self.first) < self.SHOWN:
-            self.first.append(f"{where}: {text}")
-
-    def report(self, what: str) -> None:
-        if self.count:
-            more = f"; and {self.count - self.SHOWN} more" if self.count > self.SHOWN else ""
-            problem(f"{self.path}: {self.count} {what} ({'; '.join(self.first)}{more})")
-
-
 def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, where: str,
-                 problems: _FileProblems | None) -> None:
+                 add: Callable[[str, str], None] | None) -> None:
     """Replace the ``ops`` stream's window references by the records they hold (in place); a
     window file that cannot be read loses that iteration's operators, named.  Records stored
     inline as arrays become :class:`~jobprof.plugin.OpRecord`\\ s too."""
@@ -348,7 +204,7 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
         streams[OPS_STREAM] = records
         if bad:
             _ops_problem(f"{bad} ops record(s) not shaped as the operator capture writes them: left out",
-                         windows, where, problems)
+                         windows, where, add)
         return
     iteration = streams[ITERATION_STREAM][0]
     try:
@@ -361,13 +217,14 @@ def _resolve_ops(streams: dict[str, list[Any]], windows: kinetotrace.Windows, wh
         detail = f"{Path(exc.filename).name}: {exc.strerror}" if isinstance(exc, OSError) and exc.filename \
             else str(exc)[:80]
         text = f"operator window unreadable ({type(exc).__name__}: {detail}): its operators are left out"
-        _ops_problem(text, windows, where, problems)
+        _ops_problem(text, windows, where, add)
 
 
-def _ops_problem(text: str, windows: kinetotrace.Windows, where: str, problems: _FileProblems | None) -> None:
+def _ops_problem(text: str, windows: kinetotrace.Windows, where: str,
+                 add: Callable[[str, str], None] | None) -> None:
     """One ``ops`` problem: into the file's tally when reading a segment, else reported alone."""
-    if problems is not None:
-        problems.add(where, text)
+    if add is not None:
+        add(where, text)
     else:
         problem(f"{windows.data_dir}: {where}: {text}")
 
@@ -378,74 +235,27 @@ def read(device_dir: Path, skip_ops: Container[int] = (),
     ``skip_ops`` without their ``ops`` stream (its operator windows are not read); with
     ``only``, just the iterations it holds (the others' operator windows are not read either).
 
-    Streams one segment at a time, so memory stays bounded by a segment.  A line that is not a
-    valid iteration line is left out (a last line cut without its newline silently: that is
-    what a crash leaves), and so are bad records inside a good line; each segment's problems
-    are reported once (:func:`reporting`).
+    The contract's reader (:func:`jobprof.plugin.rawread.read_lines`, what plugins call as
+    ``read_raw``) with the core's rules: segments opened through :func:`fsio.open_read`, lines
+    decoded by :mod:`jsonread`, the ``ops`` stream's window references resolved.  Streams one
+    segment at a time, so memory stays bounded by a segment.  A line that is not a valid
+    iteration line is left out (a last line cut without its newline silently: that is what a
+    crash leaves), and so are bad records inside a good line; each segment's problems are
+    reported once (:func:`reporting`).
     """
     windows: kinetotrace.Windows | None = None
-    seen = _Seen()
-    for segment in segments(device_dir):
-        bad, trimmed, twice = _FileProblems(segment), _FileProblems(segment), _FileProblems(segment)
-        try:
-            handle = fsio.open_read(segment)  # closed by the with below; the open may fail alone
-        except OSError as exc:
-            problem(f"{segment}: cannot read ({exc.strerror or exc}): its iterations are left out")
-            continue
-        with handle:
-            for number, line in enumerate(handle, 1):
-                try:
-                    parsed, note = _line_problem(_load_line(line))
-                except ValueError as exc:
-                    if line.endswith(b"\n"):
-                        bad.add(f"line {number}", f"not JSON ({str(exc)[:60]})")
-                    continue
-                if parsed is None:
-                    bad.add(f"line {number}", note or "not an iteration line")
-                    continue
-                if not seen.add(parsed[0]):  # a copied line: counted once, the first kept
-                    twice.add(f"line {number}", f"iteration {parsed[0]} again")
-                    continue
-                if only is not None and parsed[0] not in only:
-                    continue
-                if note:
-                    trimmed.add(f"line {number}", note)
-                if OPS_STREAM in parsed[1]:
-                    if parsed[0] in skip_ops:
-                        del parsed[1][OPS_STREAM]
-                    else:
-                        windows = windows or kinetotrace.Windows(segment.parent)
-                        _resolve_ops(parsed[1], windows, f"line {number}", trimmed)
-                yield parsed
-        bad.report("line(s) left out, not iteration lines")
-        trimmed.report("line(s) with records left out")
-        twice.report("line(s) left out, iterations already read (the first line of each is kept)")
 
+    def resolve(index: int, streams: dict[str, list[Any]], segment: Path, where: str,
+                add: Callable[[str, str], None]) -> None:
+        nonlocal windows
+        if index in skip_ops:
+            del streams[OPS_STREAM]
+            return
+        windows = windows or kinetotrace.Windows(segment.parent)
+        _resolve_ops(streams, windows, where, add)
 
-class _Seen:
-    """Iteration indices read so far, as sorted ``[first, last]`` runs: one run for the
-    in-order lines jobprof writes, so memory does not grow with the run's length."""
-
-    def __init__(self) -> None:
-        self.runs: list[list[int]] = []
-
-    def add(self, index: int) -> bool:
-        """False if ``index`` was added before."""
-        runs = self.runs
-        if runs and runs[-1][1] + 1 == index:  # the usual case: the next one
-            runs[-1][1] = index
-            return True
-        at = bisect.bisect_right(runs, index, key=lambda run: run[0]) - 1
-        if at >= 0 and runs[at][0] <= index <= runs[at][1]:
-            return False
-        if at >= 0 and runs[at][1] + 1 == index:
-            runs[at][1] = index
-        else:
-            at += 1
-            runs.insert(at, [index, index])
-        if at + 1 < len(runs) and runs[at][1] + 1 == runs[at + 1][0]:
-            runs[at][1] = runs.pop(at + 1)[1]
-        return True
+    return rawread.read_lines(device_dir, problem=problem, open_segment=fsio.open_read,
+                              loads=jsonread.loads, only=only, ops=resolve)
 
 
 def read_object(path: Path, fields: Mapping[str, tuple[tuple[type, ...], bool]] | None = None,

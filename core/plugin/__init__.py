@@ -10,7 +10,8 @@ everything a built-in one does.
 
 * hooks: :data:`hookimpl`, :class:`Answer` (what a wrapper receives);
 * values: :class:`Config`, :class:`Iteration`, :class:`ExportContext`, :class:`WriterSpec`,
-  :class:`MetricSet`, :class:`PartSource`, :data:`NA`, :data:`STEP_MODE_MODEL_ID`;
+  :class:`MetricSet`, :class:`PartSource`, :data:`NA`, :data:`STEP_MODE_MODEL_ID`; the types hooks
+  are annotated with: :data:`Streams`, :data:`StreamsOut`, :data:`Spans`, :data:`JSON`;
 * what a plugin reads and writes: :class:`PluginSession` (the running session),
   :class:`Profile` (a profile read back), :class:`Timeline` (the master timeline), the declared
   records of shared streams (:class:`CollectiveRecord`, ..., :func:`records_of`), an ``ops``
@@ -19,6 +20,12 @@ everything a built-in one does.
   (overlapping spans on non-overlapping tracks), :mod:`opmath` (FLOPs and bytes of an operator);
 * wrapping the program's calls: :func:`hide_frame` (a wrapper leaves no frame in the program's
   tracebacks), :func:`watch_blocks` (``record_function`` blocks as they open and end, no wrapper);
+* records from other processes of the job (DataLoader workers, helpers): the module
+  :mod:`channel` (an authenticated socket: ``channel.Receiver`` in the owner,
+  ``channel.Sender.for_owner`` in a helper), imported on first use (``from jobprof.plugin import
+  channel``), never when this package is;
+* raw data read back (a plugin's tests): :func:`read_raw` (``(iteration, {stream: records})``
+  of a device folder, in order);
 * answers: :class:`Finding`, :class:`Section`, :class:`DiffTable`, :class:`DiffCount`, the
   span categories of the iteration breakdown (``DATA_WAIT``, ``COMPUTE``, ...).
 
@@ -33,6 +40,7 @@ from jobprof.plugin.frames import hide_frame
 from jobprof.plugin.hookspec import Answer, hookimpl
 from jobprof.plugin.lanes import LANE_STRIDE, assign_lanes, lane_name, lane_tid
 from jobprof.plugin.opview import OpView, Task, is_dispatch_op
+from jobprof.plugin.rawread import read_raw
 from jobprof.plugin.records import (
     CONCRETE,
     DEVICE_KINDS,
@@ -79,6 +87,7 @@ from jobprof.plugin.timeline import (
 )
 from jobprof.plugin.timeline import dumps as timeline_json
 from jobprof.plugin.values import (
+    JSON,
     NA,
     STEP_MODE_MODEL_ID,
     Config,
@@ -86,6 +95,9 @@ from jobprof.plugin.values import (
     Iteration,
     MetricSet,
     PartSource,
+    Spans,
+    Streams,
+    StreamsOut,
     WriterSpec,
 )
 from jobprof.plugin.views import Profile
@@ -101,6 +113,7 @@ __all__ = [
     "FORWARD_BACKWARD",
     "HOST_LABEL",
     "ITERATION_STREAM",
+    "JSON",
     "LANE_STRIDE",
     "NA",
     "OPS_STREAM",
@@ -134,7 +147,10 @@ __all__ = [
     "Reporter",
     "Section",
     "SharedRecord",
+    "Spans",
     "StepPointsRecord",
+    "Streams",
+    "StreamsOut",
     "Task",
     "TimeAxis",
     "Timeline",
@@ -142,6 +158,7 @@ __all__ = [
     "WorkerFetchRecord",
     "WriterSpec",
     "assign_lanes",
+    "channel",
     "device_label",
     "events_text",
     "hide_frame",
@@ -153,8 +170,20 @@ __all__ = [
     "opmath",
     "opview",
     "process_pid",
+    "read_raw",
     "records_of",
     "slug",
     "timeline_json",
     "watch_blocks",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # ``from jobprof.plugin import channel``: the socket channel imports socket, selectors,
+    # secrets and tempfile, which no process should pay for at interpreter start (this package is
+    # imported by every process with PROFILING_MODE=true); a plugin imports it when it opens one
+    if name == "channel":
+        import jobprof.plugin.channel
+
+        return jobprof.plugin.channel
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

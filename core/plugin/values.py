@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 import attrs
 
@@ -18,6 +18,7 @@ from jobprof.plugin.clock import ClockAnchor, TimeAxis, own_base
 from jobprof.plugin.converters import frozen_map, name_set, str_tuple
 
 __all__ = [
+    "JSON",
     "NA",
     "STEP_MODE_MODEL_ID",
     "Config",
@@ -26,8 +27,25 @@ __all__ = [
     "MetricSet",
     "PartSource",
     "PluginRecord",
+    "Spans",
+    "Streams",
+    "StreamsOut",
     "WriterSpec",
 ]
+
+# The types of what the hooks pass and return that are not classes (jobprof.plugin.hookspec
+# annotates with them; an implementation annotates with them or a narrower type, checked by
+# tests/test_hook_types.py).
+#: JSON-ready data: what a facts hook returns (it travels through JSON between processes)
+JSON: TypeAlias = Mapping[str, "JSON"] | Sequence["JSON"] | str | int | float | bool | None
+#: an iteration's raw streams, by stream name: each a list of records (JSON values, or for the
+#: core's ``ops`` / ``op_memory`` streams the :class:`OpRecord` / :class:`MemoryEvent` they decode to)
+Streams: TypeAlias = Mapping[str, list[Any]]
+#: what ``jobprof_iteration_end`` hands over: per stream, its records, or a zero-argument callable
+#: that returns them (called on the sink thread)
+StreamsOut: TypeAlias = Mapping[str, list[Any] | Callable[[], list[Any]]]
+#: where an iteration's time went: category -> ``[(start_ns, end_ns), ...]``
+Spans: TypeAlias = Mapping[str, list[tuple[int, int]]]
 
 #: what a CSV or timeline value jobprof cannot measure says
 NA = "N/A"

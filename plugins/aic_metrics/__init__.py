@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, MetricSet, PluginSession, hookimpl
+from jobprof.plugin import JSON, Config, MetricSet, PluginSession, Section, hookimpl
 from jobprof.plugins.aic_metrics import (
     _group,
     arithmetic_utilization,
@@ -95,11 +95,11 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     """The chosen group's values pooled per operator type (:mod:`.report`)."""
     return rank_facts(profile, device, GROUPS)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return aic_metrics_sections(profile, GROUPS)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import JSON, Config, PluginSession, Section, WriterSpec, hookimpl
 from jobprof.plugins.aicpu.report import aicpu_sections, rank_facts
 from jobprof.plugins.aicpu.writer import render_csv
 
@@ -50,10 +50,10 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return aicpu_sections(profile)

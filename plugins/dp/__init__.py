@@ -17,11 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import (
     DATA_WAIT,
+    JSON,
     Config,
     ExportContext,
     Iteration,
     PartSource,
     PluginSession,
+    Section,
+    Spans,
+    Streams,
+    StreamsOut,
     WriterSpec,
     hookimpl,
 )
@@ -60,7 +65,7 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut:
     # built on the core's sink thread: the training thread only creates the partial
     return {STREAM: partial(session.attached(STREAM).take, iteration.end_ns)}
 
@@ -100,17 +105,17 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return dp_sections(profile)
 
 
 @hookimpl
-def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
+def jobprof_iteration_spans(streams: Streams) -> Spans | None:
     return wait_spans(streams)
 
 

@@ -1,6 +1,6 @@
 """How DataLoader workers send their timings to the process that owns the loader.
 
-dp's use of the core's authenticated channel (:mod:`jobprof.runtime.channel`) under the name ``dp``:
+dp's use of the plugin API's authenticated channel (:mod:`jobprof.plugin.channel`) under the name ``dp``:
 one listener per profiled process, opened just before its first multi-worker iterator starts
 its workers; its address travels in ``JOBPROF_DP_CHANNEL`` with the owner's pid, so a worker
 only ever talks to its own parent (or, for forkserver workers, its grandparent).  The receiver
@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from jobprof.runtime import channel
-from jobprof.runtime.channel import POLL_S, Peer
+from jobprof.plugin import channel
+
+POLL_S = channel.POLL_S
+Peer = channel.Peer
 
 NAME = "dp"
 ENV = channel.env_var(NAME)

@@ -48,7 +48,17 @@ import sys
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import CompiledGraphRecord, Config, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    CompiledGraphRecord,
+    Config,
+    Iteration,
+    PluginSession,
+    Section,
+    StreamsOut,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.fusion_op.capture import MAX_GRAPHS, GraphCapture, counters
 from jobprof.plugins.fusion_op.records import CompileCountersRecord
 from jobprof.plugins.fusion_op.report import compiled_sections, rank_facts
@@ -102,7 +112,7 @@ def _kernel_profile(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut | None:
     capture: GraphCapture | None = session.attached(KEY)
     if capture is None:
         return None
@@ -145,10 +155,10 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return compiled_sections(profile)

@@ -16,7 +16,21 @@ import os
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, Iteration, PartSource, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    Config,
+    DiffTable,
+    ExportContext,
+    Iteration,
+    PartSource,
+    PluginSession,
+    Section,
+    Spans,
+    Streams,
+    StreamsOut,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.hccl.capture import Capture
 from jobprof.plugins.hccl.diff import collective_tables
 from jobprof.plugins.hccl.report import communication_sections, communication_spans, rank_facts
@@ -52,7 +66,7 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut | None:
     capture = session.attached(STREAM)
     if capture is None:
         return None
@@ -86,22 +100,22 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return communication_sections(profile)
 
 
 @hookimpl
-def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
+def jobprof_iteration_spans(streams: Streams) -> Spans | None:
     return communication_spans(streams)
 
 
 @hookimpl
-def jobprof_diff_tables(profile: Profile, device: int) -> list:
+def jobprof_diff_tables(profile: Profile, device: int) -> list[DiffTable]:
     return collective_tables(profile, device)
 
 

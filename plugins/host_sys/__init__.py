@@ -24,7 +24,18 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    Config,
+    ExportContext,
+    Iteration,
+    PluginSession,
+    Section,
+    Streams,
+    StreamsOut,
+    WriterSpec,
+    hookimpl,
+)
 
 if TYPE_CHECKING:
     from jobprof.plugin import Profile, Timeline
@@ -153,7 +164,7 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut | None:
     state: _State = session.attached(NAME)
     streams: dict[str, Any] = {}
     sampler = state.sampler
@@ -287,21 +298,21 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_iteration_facts(iteration: Iteration, streams: Any) -> Any:
+def jobprof_iteration_facts(iteration: Iteration, streams: Streams) -> JSON:
     from jobprof.plugins.host_sys.report import iteration_digest
 
     return iteration_digest(iteration, streams)
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     from jobprof.plugins.host_sys.report import rank_facts
 
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     from jobprof.plugins.host_sys.report import sections
 
     return sections(profile)

@@ -45,7 +45,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from jobprof.ops import perfcounters
-from jobprof.plugin import Config, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import JSON, Config, Iteration, PluginSession, Section, StreamsOut, WriterSpec, hookimpl
 from jobprof.plugins.l2.counting import OpCounter
 from jobprof.plugins.l2.join import CUPTI_METRICS
 from jobprof.plugins.l2.report import l2_sections, rank_facts
@@ -121,7 +121,7 @@ def _cuda(torch: Any) -> bool:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any] | None:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut | None:
     counter = session.attached("l2")
     if counter is None or not counter.active:
         return None
@@ -151,10 +151,10 @@ def jobprof_writers(config: Config | None) -> list[WriterSpec]:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return l2_sections(profile)

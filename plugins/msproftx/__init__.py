@@ -20,7 +20,17 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    Config,
+    ExportContext,
+    Iteration,
+    PluginSession,
+    Section,
+    StreamsOut,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.msproftx import capture
 from jobprof.plugins.msproftx.recorder import DomainFilter, Recorder
 from jobprof.plugins.msproftx.report import marker_sections, rank_facts
@@ -72,7 +82,7 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut:
     # built on the core's sink thread (take() selects by end time; threads only append)
     return {STREAM: partial(session.attached(STREAM).take, iteration.index, iteration.start_ns,
                             iteration.end_ns)}
@@ -106,10 +116,10 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return marker_sections(profile)

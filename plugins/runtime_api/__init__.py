@@ -25,7 +25,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    Config,
+    ExportContext,
+    Iteration,
+    PluginSession,
+    Streams,
+    WriterSpec,
+    hookimpl,
+)
 
 # the writer and the report are imported where they are used (`statistics`, attrs classes: ~7 ms
 # of every profiled interpreter's start-up otherwise)
@@ -119,7 +128,7 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_iteration_facts(iteration: Iteration, streams: Any) -> Any:
+def jobprof_iteration_facts(iteration: Iteration, streams: Streams) -> JSON:
     """Per-API totals and synchronising call sites of one iteration."""
     from jobprof.plugins.runtime_api.report import iteration_digest
 
@@ -127,7 +136,7 @@ def jobprof_iteration_facts(iteration: Iteration, streams: Any) -> Any:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     """A device's API totals and synchronising calls."""
     from jobprof.plugins.runtime_api.report import rank_facts
 

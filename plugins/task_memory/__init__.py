@@ -24,7 +24,18 @@ import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    Config,
+    ExportContext,
+    Iteration,
+    PluginSession,
+    Section,
+    Streams,
+    StreamsOut,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.task_memory import oom
 from jobprof.plugins.task_memory.report import iteration_digest, rank_facts, sections
 from jobprof.plugins.task_memory.sampler import END_SLACK_NS, MemorySampler
@@ -76,7 +87,7 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut:
     state: _State = session.attached(NAME)
     sampler = state.sampler
     sampler.note_device()
@@ -137,15 +148,15 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_iteration_facts(iteration: Iteration, streams: Any) -> Any:
+def jobprof_iteration_facts(iteration: Iteration, streams: Streams) -> JSON:
     return iteration_digest(iteration, streams)
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return sections(profile)

@@ -53,7 +53,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    JSON,
+    Config,
+    DiffTable,
+    ExportContext,
+    PluginSession,
+    Section,
+    Spans,
+    Streams,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.task_trace.diff import operator_tables
 from jobprof.plugins.task_trace.report import compute_spans, rank_facts, top_sections
 from jobprof.plugins.task_trace.summary import render_op_statistic, render_op_summary, render_task_time_csv
@@ -111,20 +122,20 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_rank_facts(profile: Profile, device: int) -> Any:
+def jobprof_rank_facts(profile: Profile, device: int) -> JSON:
     return rank_facts(profile, device)
 
 
 @hookimpl
-def jobprof_report_sections(profile: Profile) -> list:
+def jobprof_report_sections(profile: Profile) -> list[Section]:
     return top_sections(profile)
 
 
 @hookimpl
-def jobprof_iteration_spans(streams: Any) -> dict[str, list] | None:
+def jobprof_iteration_spans(streams: Streams) -> Spans | None:
     return compute_spans(streams)
 
 
 @hookimpl
-def jobprof_diff_tables(profile: Profile, device: int) -> list:
+def jobprof_diff_tables(profile: Profile, device: int) -> list[DiffTable]:
     return operator_tables(profile, device)

@@ -10,7 +10,17 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import Config, ExportContext, Iteration, PluginSession, WriterSpec, hookimpl
+from jobprof.plugin import (
+    Config,
+    ExportContext,
+    Iteration,
+    PluginSession,
+    Spans,
+    Streams,
+    StreamsOut,
+    WriterSpec,
+    hookimpl,
+)
 from jobprof.plugins.training_trace.points import PointCollector
 from jobprof.plugins.training_trace.report import phase_spans
 from jobprof.plugins.training_trace.writer import STREAM, add_to_master, render_csv, render_json
@@ -43,7 +53,7 @@ def jobprof_session_start(session: PluginSession) -> None:
 
 
 @hookimpl
-def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> dict[str, Any]:
+def jobprof_iteration_end(session: PluginSession, iteration: Iteration) -> StreamsOut:
     # built on the core's sink thread: the training thread only creates the partial
     return {STREAM: partial(session.attached(STREAM).take, iteration)}
 
@@ -72,5 +82,5 @@ def jobprof_timeline(ctx: ExportContext, timeline: Timeline) -> None:
 
 
 @hookimpl
-def jobprof_iteration_spans(iteration: Iteration, streams: Any) -> dict[str, list] | None:
+def jobprof_iteration_spans(iteration: Iteration, streams: Streams) -> Spans | None:
     return phase_spans(iteration, streams)
