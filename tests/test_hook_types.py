@@ -179,3 +179,21 @@ def test_the_reference_page_is_generated_from_the_hookspec() -> None:
     for number, (name, _) in enumerate(hookdoc.hooks(), 1):
         assert f"### 3.{number} `{name}(" in page
     assert set(SPECS) == {name for name, _ in hookdoc.hooks()}
+
+
+def test_contributings_example_plugin_is_typed_as_the_spec(tmp_path: Any) -> None:
+    """The plugin CONTRIBUTING.md teaches passes the same check (and mypy, in the author's tree)."""
+    import importlib.util
+
+    from test_contributing import fenced
+
+    source = tmp_path / "jobprof_gc_example.py"
+    source.write_text(fenced("### The module: `jobprof_gc.py`", "python"))
+    spec = importlib.util.spec_from_file_location("jobprof_gc_example", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hooks = [name for name in vars(module) if name.startswith("jobprof_")]
+    assert len(hooks) == 6
+    for name in hooks:
+        assert problems(getattr(module, name), SPECS[name]) == [], name
