@@ -465,7 +465,7 @@ class Controller:
 
     def _finish_capture(self, session: Session) -> None:
         """The end of a capture after its last boundary (helper thread), then the next armed."""
-        from jobprof.runtime.session import CAPTURE_END
+        from jobprof.runtime.ending import CAPTURE_END
 
         session.finish(CAPTURE_END)
         if self.trigger is not None and not self._inert:
