@@ -1,12 +1,19 @@
 """The ``dp`` stream's record that only dp reads (the shared ones are declared in
-``jobprof.plugin``: :class:`~jobprof.plugin.BatchRecord`, :class:`~jobprof.plugin.WorkerFetchRecord`)."""
+``jobprof.plugin``: :class:`~jobprof.plugin.BatchRecord`, :class:`~jobprof.plugin.WorkerFetchRecord`),
+and the stream's one decoder (:func:`dp_record`, :func:`profile_records`): dp reads its records
+by name, never by raw key."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, TypeGuard
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 import attrs
+
+from jobprof.plugin import BatchRecord, WorkerFetchRecord
+
+if TYPE_CHECKING:
+    from jobprof.plugin import Profile
 
 
 def _int(value: Any) -> TypeGuard[int]:
@@ -38,3 +45,22 @@ class LoaderRecord:
 
     def to_raw(self) -> dict[str, Any]:
         return {"k": self.KIND, "l": self.loader, "dataset": self.dataset, "workers": self.workers}
+
+
+#: a record of the ``dp`` stream, by its kind (raw ``k``)
+DpRecord = BatchRecord | WorkerFetchRecord | LoaderRecord
+
+
+def dp_record(raw: Any) -> DpRecord | None:
+    """The record of a raw ``dp`` record, of whichever kind it is, or None when it is not
+    shaped as dp writes it."""
+    return BatchRecord.from_raw(raw) or WorkerFetchRecord.from_raw(raw) or LoaderRecord.from_raw(raw)
+
+
+def profile_records(profile: Profile, device: int) -> Iterator[tuple[int, DpRecord]]:
+    """``(iteration, record)`` of every well-formed ``dp`` record of ``device``, in one pass over
+    the stream (``Profile.typed`` would read it once per kind)."""
+    for raw in profile.records(BatchRecord.STREAM, device):
+        record = dp_record(raw)
+        if record is not None:
+            yield raw["_iteration"], record

@@ -7,7 +7,8 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import DATA_WAIT, Finding, Section
+from jobprof.plugin import DATA_WAIT, BatchRecord, Finding, Section, WorkerFetchRecord, records_of
+from jobprof.plugins.dp.records import LoaderRecord, profile_records
 from jobprof.plugins.dp.writer import STREAM
 
 if TYPE_CHECKING:
@@ -30,66 +31,47 @@ def rank_facts(profile: Profile, device: int) -> list[dict[str, Any]] | None:
     windows = {it.index: (it.start_ns, it.end_ns) for it in profile.iterations(device)}
     waited: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))  # loader, iteration
     stats: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    names: dict[int, dict[str, Any]] = {}
-    for rec in profile.records("dp", device):
-        if not _well_formed(rec):  # a damaged or foreign record: left out, as the writer does
-            continue
-        s = stats[rec.get("l", -1)]
-        if rec["k"] == "loader":
-            names[rec["l"]] = rec
-        elif rec["k"] == "next":
-            s["wait"].append(rec["t1"] - rec["t0"])
+    names: dict[int, LoaderRecord] = {}
+    # a damaged or foreign record is not decoded: left out, as the writer does
+    for iteration, rec in profile_records(profile, device):
+        s = stats[rec.loader]
+        if isinstance(rec, LoaderRecord):
+            names[rec.loader] = rec
+        elif isinstance(rec, BatchRecord):
+            s["wait"].append(rec.end_ns - rec.start_ns)
             # the share counts waits inside iterations only (not e.g. worker start-up before
             # the first step)
-            start, end = windows.get(rec["_iteration"], (0, 0))
-            waited[rec["l"]][rec["_iteration"]] += max(0, min(rec["t1"], end) - max(rec["t0"], start))
-            if rec["q0"] is not None:
-                s["buffered"].append(rec["q0"])
-            if rec.get("f") is not None:
-                s["fetch"].append(rec["f"][1] - rec["f"][0])
-                s["collate"].append(rec["f"][2] - rec["f"][1])
-        elif rec["k"] == "fetch":
-            s["fetch"].append(rec["t1"] - rec["t0"])
-            s["collate"].append(rec["t2"] - rec["t1"])
+            start, end = windows.get(iteration, (0, 0))
+            waited[rec.loader][iteration] += max(0, min(rec.end_ns, end) - max(rec.start_ns, start))
+            if rec.buffered_before is not None:
+                s["buffered"].append(rec.buffered_before)
+            if rec.produced is not None:
+                fetch_start, collate_start, collate_end, _ = rec.produced
+                s["fetch"].append(collate_start - fetch_start)
+                s["collate"].append(collate_end - collate_start)
+        elif isinstance(rec, WorkerFetchRecord):  # a worker's fetch and collate
+            s["fetch"].append(rec.collate_start - rec.fetch_start)
+            s["collate"].append(rec.end - rec.collate_start)
     loaders = []
     for loader in sorted(stats):
-        s, about = stats[loader], names.get(loader, {})
+        s, about = stats[loader], names.get(loader)
         # time-weighted over the iterations that used the loader, the first one per worker
         # left out: each worker's first batch holds its start-up (a spawned worker imports
         # torch), which must not decide the verdict of a whole run.  Not a median of
         # per-iteration shares: workers that finish together make those bimodal (a long
         # wait, then a batch already there), and the median of a bimodal list flips
-        workers = about.get("workers")
+        workers = about.workers if about is not None else None
         start_up = workers if isinstance(workers, int) and workers > 0 else 1
         used = sorted(i for i in waited[loader] if i in windows and windows[i][1] > windows[i][0])
         kept = used[start_up:] or used
         span = sum(windows[i][1] - windows[i][0] for i in kept)
         share = sum(waited[loader][i] for i in kept) / span if span else 0.0
-        kept_about = {k: about[k] for k in ("dataset", "workers") if k in about}
+        kept_about = {"dataset": about.dataset, "workers": about.workers} if about is not None else {}
         loaders.append({"loader": loader, "about": kept_about,
                         "batches": len(s["wait"]), "wait": _median(s["wait"]), "fetch": _median(s["fetch"]),
                         "collate": _median(s["collate"]), "buffered": _median(s["buffered"]),
                         "share": share, "kept": len(kept)})
     return loaders or None
-
-
-_TIMES = {"next": ("t0", "t1"), "fetch": ("t0", "t1", "t2")}
-
-
-def _well_formed(rec: Any) -> bool:
-    """A dp record with the fields its kind is read by (ints where times are)."""
-    if not isinstance(rec, dict) or rec.get("k") not in ("loader", *_TIMES):
-        return False
-    if rec["k"] == "loader":
-        return "l" in rec
-    if any(type(rec.get(key)) is not int for key in _TIMES[rec["k"]]) or "l" not in rec:
-        return False
-    if rec["k"] == "next":
-        f = rec.get("f")
-        if "q0" not in rec or (f is not None and not (isinstance(f, list) and len(f) >= 3
-                                                      and all(type(v) is int for v in f[:3]))):
-            return False
-    return True
 
 
 def _ms(median: Any) -> str:
@@ -144,5 +126,4 @@ def wait_spans(streams: Mapping[str, list[Any]]) -> dict[str, list] | None:
     """The loop's waits in ``next()`` (an iteration with dp on but no wait reports none)."""
     if STREAM not in streams:
         return None
-    return {DATA_WAIT: [(r["t0"], r["t1"]) for r in streams[STREAM]
-                        if isinstance(r, dict) and r.get("k") == "next" and r.get("t1") is not None]}
+    return {DATA_WAIT: [(b.start_ns, b.end_ns) for b in records_of(streams, BatchRecord)]}

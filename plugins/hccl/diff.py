@@ -5,24 +5,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from jobprof.plugin import DiffCount, DiffTable
+from jobprof.plugin import CollectiveRecord, DiffCount, DiffTable
 from jobprof.plugins.hccl.writer import STREAM
 
 if TYPE_CHECKING:
     from jobprof.plugin import Profile
 
 
-def _collective(r: dict[str, Any]) -> tuple[tuple[str, str], int, int] | None:
-    """A hccl record's ((op, group), bytes, ns), or None when it has no usable duration; raises
-    ValueError when it is not shaped as this plugin writes it."""
-    if r.get("duration_unknown") or r.get("end_ns") is None:
-        return None
-    start, end, size = r.get("start_ns"), r["end_ns"], r.get("bytes") or 0
-    group = r.get("group_desc") or r.get("group")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end, size)) \
-            or not isinstance(r.get("op"), str) or not isinstance(group, str) or end < start:
+def _collective(raw: Any) -> tuple[tuple[str, str], int, int] | None:
+    """A raw hccl record's ((op, group), bytes, ns), or None when it has no usable duration; raises
+    ValueError when it is not shaped as this plugin writes it (:class:`CollectiveRecord`, with a
+    group)."""
+    r = CollectiveRecord.from_raw(raw)
+    group = None if r is None else r.group_desc or r.group
+    if r is None or not isinstance(group, str):
         raise ValueError("not a hccl record (op, group, start_ns, end_ns, bytes)")
-    return (r["op"], group), size, end - start
+    if r.duration_unknown:
+        return None
+    return (r.op, group), r.bytes or 0, r.end_ns - r.start_ns
 
 
 def collective_tables(profile: Profile, device: int) -> list[DiffTable]:
@@ -40,10 +40,11 @@ def collective_tables(profile: Profile, device: int) -> list[DiffTable]:
             continue
         if found is None:
             continue
-        c = per.setdefault(found[0], [0, 0, 0])
+        key, size, ns = found
+        c = per.setdefault(key, [0, 0, 0])  # calls, bytes, ns
         c[0] += 1
-        c[1] += found[1]
-        c[2] += found[2]
+        c[1] += size
+        c[2] += ns
     if bad:
         profile.problem(f"{profile.folder(device) / 'data'}: {bad} hccl record(s) not shaped as the "
                          "hccl plugin writes them (op, group, start_ns, end_ns, bytes): left out")

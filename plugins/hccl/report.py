@@ -50,6 +50,12 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
             "iterations": len(iterations)}
 
 
+def _most_time_first(row: list[Any]) -> int:
+    """The order of the facts' rows (``[op, group, calls, ns, ...]``): most time first."""
+    _op, _group, _calls, ns, *_ = row
+    return -ns
+
+
 def communication_sections(profile: Profile) -> list[Section]:
     rows = []
     for device in profile.devices:
@@ -57,7 +63,7 @@ def communication_sections(profile: Profile) -> list[Section]:
         if not facts:
             continue
         # stable: ties keep the order the collectives were first seen in
-        ranked = sorted(facts["ops"], key=lambda entry: -entry[3])
+        ranked = sorted(facts["ops"], key=_most_time_first)
         for op, group, count, ns, size, ranks, failed, *spread in ranked[:TOP]:
             algbw, busbw = bandwidths(op, size, ranks, ns)
             median, p95 = (f"{v / 1e6:.3f}" for v in spread) if spread else (NA, NA)  # older facts: none

@@ -56,28 +56,23 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
     if wall <= 0:
         return None
     facts = host(streams)
-    out: dict[str, Any] = {"wall_ns": wall, "cpus": facts.get("cpus")}
+    out: dict[str, Any] = {"wall_ns": wall, "cpus": facts.cpus}
     cpu = proc_deltas(taken, "cpu_ns")
     if cpu:  # the rank's mean is the sum over its iterations (children's ticks add up exactly)
         out["cpu_ns"] = sum(cpu.values())
     if cpu and not coarse(taken, facts):  # children's ticks over a few ticks: not a figure
         out["occupied"] = round(sum(cpu.values()) / wall, 4)
     # the hand-over's sample reads no cores: the first and last readings of them
-    readings = [s["cores"] for s in taken if s.get("cores")]
-    first, last = (readings[0], readings[-1]) if readings else ({}, {})
-    if "Avg" in first and "Avg" in last and last["Avg"]["total"] > first["Avg"]["total"]:
-        out["busy_pct"] = round(
-            100
-            * (last["Avg"]["busy"] - first["Avg"]["busy"])
-            / (last["Avg"]["total"] - first["Avg"]["total"]),
-            2,
-        )
-    page = facts.get("page") or 4096
-    inside = [s for s in taken if not s.get("before")]
+    readings = [s.cores for s in taken if s.cores]
+    first, last = (readings[0].get("Avg"), readings[-1].get("Avg")) if readings else (None, None)
+    if first is not None and last is not None and last.total > first.total:
+        out["busy_pct"] = round(100 * (last.busy - first.busy) / (last.total - first.total), 2)
+    page = facts.page or 4096
+    inside = [s for s in taken if not s.before]
     rss = [r for r in map(job_total("rss"), inside) if r is not None]
     if rss:
         out["rss_kb"] = max(rss) * page // 1024
-    mems = [s["mem"] for s in inside if s.get("mem", {}).get("MemTotal") and "MemAvailable" in s["mem"]]
+    mems = [s.mem for s in inside if s.mem and s.mem.get("MemTotal") and "MemAvailable" in s.mem]
     if mems:
         out["mem_used_pct"] = round(
             max(100 * (m["MemTotal"] - m["MemAvailable"]) / m["MemTotal"] for m in mems), 2
@@ -87,11 +82,10 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
         grown = proc_deltas(taken, field)
         if grown:
             out[field] = sum(grown.values())
-    nets = [s["net"] for s in taken if s.get("net")]
+    nets = [s.net for s in taken if s.net]
     if len(nets) >= 2:
         out["net_bytes"] = {
-            name: (nets[-1][name]["recv"] + nets[-1][name]["sent"])
-            - (nets[0][name]["recv"] + nets[0][name]["sent"])
+            name: (nets[-1][name].recv + nets[-1][name].sent) - (nets[0][name].recv + nets[0][name].sent)
             for name in nets[-1]
             if name in nets[0]
         }
@@ -101,18 +95,18 @@ def iteration_digest(iteration: Iteration, streams: Mapping[str, list[Any]]) -> 
         busy = total = 0.0
         read = 0.0
         # the host's cores between consecutive readings of them (the hand-over reads none)
-        for a, b in itertools.pairwise([s for s in taken if s.get("cores")]):
-            if b["ns"] <= a["ns"]:
+        averages = [(s.ns, s.cores.get("Avg")) for s in taken if s.cores]
+        for (a_ns, ca), (b_ns, cb) in itertools.pairwise(averages):
+            if b_ns <= a_ns:
                 continue
-            share = _overlap(a["ns"], b["ns"], waits) / (b["ns"] - a["ns"])
-            ca, cb = a["cores"].get("Avg"), b["cores"].get("Avg")
+            share = _overlap(a_ns, b_ns, waits) / (b_ns - a_ns)
             if share > 0 and ca and cb:
-                busy += share * (cb["busy"] - ca["busy"])
-                total += share * (cb["total"] - ca["total"])
+                busy += share * (cb.busy - ca.busy)
+                total += share * (cb.total - ca.total)
         for a, b in itertools.pairwise(taken):
-            if b["ns"] <= a["ns"]:
+            if b.ns <= a.ns:
                 continue
-            share = _overlap(a["ns"], b["ns"], waits) / (b["ns"] - a["ns"])
+            share = _overlap(a.ns, b.ns, waits) / (b.ns - a.ns)
             if share <= 0:
                 continue
             x, y = job_total("read_bytes")(a), job_total("read_bytes")(b)

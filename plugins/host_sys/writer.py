@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, ExportContext, WorkerFetchRecord, records_of
 from jobprof.plugins.host_sys import HOST, SAMPLES  # the streams' names
+from jobprof.plugins.host_sys.records import (
+    CoreLoad,
+    CoreTicks,
+    HostFacts,
+    HostSample,
+    host_facts,
+    host_samples,
+)
 from jobprof.plugins.host_sys.sampler import MEMINFO
 
 if TYPE_CHECKING:
@@ -59,36 +67,45 @@ PROCESS_MEM_HEADER = ["Device_id", "PID", "Name", "Size(pages)", "Resident(pages
 # -- reading the stream ----------------------------------------------------------------------------
 
 
-def samples(streams: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
-    """The iteration's samples, oldest first, the one before it included (``"before": true``)."""
-    out = [
-        s
-        for s in streams.get(SAMPLES, ())
-        if isinstance(s, dict) and isinstance(s.get("ns"), int) and isinstance(s.get("procs"), list)
-    ]
-    out.sort(key=lambda s: s["ns"])
-    return out
+#: the last raw samples and host facts decoded, with what they decoded to: every writer of an
+#: iteration and its facts read the same raw lists, decoded once (the raw list is held, so its
+#: identity is not reused)
+_last_samples: tuple[object, list[HostSample]] = ((), [])
+_last_host: tuple[object, HostFacts] = ((), HostFacts())
 
 
-def host(streams: Mapping[str, list[Any]]) -> dict[str, Any]:
-    for record in streams.get(HOST, ()):
-        if isinstance(record, dict):
-            return record
-    return {}
+def samples(streams: Mapping[str, list[Any]]) -> list[HostSample]:
+    """The iteration's samples, oldest first, the one before it included (``before``)."""
+    global _last_samples
+    raw, (last, decoded) = streams.get(SAMPLES, ()), _last_samples
+    if raw is not last:
+        decoded = host_samples(raw)
+        _last_samples = (raw, decoded)
+    return list(decoded)
 
 
-def during(taken: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [s for s in taken if not s.get("before")]
+def host(streams: Mapping[str, list[Any]]) -> HostFacts:
+    """The host's facts (the iteration's ``host_facts`` record)."""
+    global _last_host
+    raw, (last, facts) = streams.get(HOST, ()), _last_host
+    if raw is not last:
+        facts = host_facts(raw)
+        _last_host = (raw, facts)
+    return facts
 
 
-def labels(streams: Mapping[str, list[Any]], taken: list[dict[str, Any]]) -> dict[int, str]:
+def during(taken: list[HostSample]) -> list[HostSample]:
+    return [s for s in taken if not s.before]
+
+
+def labels(streams: Mapping[str, list[Any]], taken: list[HostSample]) -> dict[int, str]:
     """pid -> the name a process is shown by: ``DataLoader worker N`` (N from the dp plugin's
     records when it ran, else the sampler's numbering of torch's ``pt_data_worker``
     processes), else ``<process name> (<pid>)``."""
     out: dict[int, str] = {}
     for s in taken:
-        for p in s["procs"]:
-            out[p["pid"]] = p.get("label") or f"{p.get('name', '?')} ({p['pid']})"
+        for p in s.procs:
+            out[p.pid] = p.label or f"{p.name} ({p.pid})"
     fetches = records_of(streams, WorkerFetchRecord)
     several = len({f.loader for f in fetches}) > 1
     for f in fetches:
@@ -99,22 +116,22 @@ def labels(streams: Mapping[str, list[Any]], taken: list[dict[str, Any]]) -> dic
     return out
 
 
-def span(taken: list[dict[str, Any]]) -> int:
+def span(taken: list[HostSample]) -> int:
     """Wall ns from the first sample (the one before the iteration) to the last."""
-    return taken[-1]["ns"] - taken[0]["ns"] if len(taken) >= 2 else 0
+    return taken[-1].ns - taken[0].ns if len(taken) >= 2 else 0
 
 
-def proc_deltas(taken: list[dict[str, Any]], field: str) -> dict[int, int]:
-    """pid -> how much ``field`` (a cumulative counter) grew from the process's first sample in
-    ``taken`` to its last (a process seen once: 0)."""
+def proc_deltas(taken: list[HostSample], field: str) -> dict[int, int]:
+    """pid -> how much ``field`` (a cumulative counter of :class:`ProcSample`) grew from the
+    process's first sample in ``taken`` to its last (a process seen once: 0)."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for s in taken:
-        for p in s["procs"]:
-            value = p.get(field, -1)
+        for p in s.procs:
+            value = getattr(p, field)
             if isinstance(value, int) and value >= 0:
-                first.setdefault(p["pid"], value)
-                last[p["pid"]] = value
+                first.setdefault(p.pid, value)
+                last[p.pid] = value
     return {pid: max(0, last[pid] - first[pid]) for pid in last}
 
 
@@ -123,28 +140,28 @@ def proc_deltas(taken: list[dict[str, Any]], field: str) -> dict[int, int]:
 MIN_TICKS = 10
 
 
-def coarse(taken: list[dict[str, Any]], facts: Mapping[str, Any]) -> bool:
+def coarse(taken: list[HostSample], facts: HostFacts) -> bool:
     """The window is too short for the children's tick-counted CPU (the rank's own is in ns)."""
-    tick = facts.get("tick_ns") or 10_000_000
-    children = any(len(s["procs"]) > 1 for s in taken)
+    tick = facts.tick_ns or 10_000_000
+    children = any(len(s.procs) > 1 for s in taken)
     return children and span(taken) < MIN_TICKS * tick
 
 
-def own_delta(taken: list[dict[str, Any]]) -> int:
-    return max(0, taken[-1].get("own_ns", 0) - taken[0].get("own_ns", 0)) if len(taken) >= 2 else 0
+def own_delta(taken: list[HostSample]) -> int:
+    return max(0, taken[-1].own_ns - taken[0].own_ns) if len(taken) >= 2 else 0
 
 
-def rank_pid(taken: list[dict[str, Any]]) -> int | None:
-    return taken[-1]["procs"][0]["pid"] if taken and taken[-1]["procs"] else None
+def rank_pid(taken: list[HostSample]) -> int | None:
+    return taken[-1].procs[0].pid if taken and taken[-1].procs else None
 
 
-def cpu_shares(taken: list[dict[str, Any]]) -> list[tuple[int, str, float]]:
+def cpu_shares(taken: list[HostSample]) -> list[tuple[int, str, float]]:
     """(pid, name, CPU %) of each job process over the iteration (100: one core), the rank's
     without jobprof's sampling, which is its own row (``jobprof (sampler)``)."""
     wall = span(taken)
     if wall <= 0:
         return []
-    names = {p["pid"]: p.get("name", "?") for s in taken for p in s["procs"]}
+    names = {p.pid: p.name for s in taken for p in s.procs}
     cpu = proc_deltas(taken, "cpu_ns")
     me, own = rank_pid(taken), own_delta(taken)
     out = []
@@ -165,79 +182,83 @@ def _kb_s(delta: int, ns: int) -> float:
     return delta / 1024 / (ns / 1e9) if ns > 0 else 0.0
 
 
-def peak_rate(taken: list[dict[str, Any]], total: Any) -> float:
+def peak_rate(taken: list[HostSample], total: Any) -> float:
     """The highest rate (KB/s) between consecutive samples of a cumulative total ``total(s)``."""
     best = 0.0
     for a, b in itertools.pairwise(taken):
         x, y = total(a), total(b)
-        if x is not None and y is not None and b["ns"] > a["ns"]:
-            best = max(best, _kb_s(y - x, b["ns"] - a["ns"]))
+        if x is not None and y is not None and b.ns > a.ns:
+            best = max(best, _kb_s(y - x, b.ns - a.ns))
     return best
 
 
 def job_total(field: str) -> Any:
-    """A sample's total of ``field`` over the job's processes (None: not read)."""
+    """A sample's total of ``field`` (of :class:`ProcSample`) over the job's processes (None:
+    not read)."""
 
-    def total(s: dict[str, Any]) -> int | None:
-        values = [p.get(field, -1) for p in s["procs"]]
+    def total(s: HostSample) -> int | None:
+        values = [getattr(p, field) for p in s.procs]
         values = [v for v in values if isinstance(v, int) and v >= 0]
         return sum(values) if values else None
 
     return total
 
 
-def job_rate_peak(taken: list[dict[str, Any]], field: str) -> float:
+def job_rate_peak(taken: list[HostSample], field: str) -> float:
     """The job's peak rate of ``field`` (KB/s), each interval summing the processes present at
     both of its ends (a process that starts or ends is not a jump)."""
     best = 0.0
     for a, b in itertools.pairwise(taken):
-        before = {p["pid"]: p.get(field, -1) for p in a["procs"]}
+        before = {p.pid: getattr(p, field) for p in a.procs}
         grown = 0
-        for p in b["procs"]:
-            x, y = before.get(p["pid"], -1), p.get(field, -1)
+        for p in b.procs:
+            x, y = before.get(p.pid, -1), getattr(p, field)
             if x >= 0 and y >= 0:
                 grown += max(0, y - x)
-        if b["ns"] > a["ns"]:
-            best = max(best, _kb_s(grown, b["ns"] - a["ns"]))
+        if b.ns > a.ns:
+            best = max(best, _kb_s(grown, b.ns - a.ns))
     return best
 
 
 # -- files -----------------------------------------------------------------------------------------
 
 
-def _enough(ctx: ExportContext, key: str) -> list[dict[str, Any]] | None:
+def _enough(ctx: ExportContext, net: bool = False) -> list[HostSample] | None:
+    """The iteration's samples when there are two or more (and, with ``net``, one read the
+    interfaces)."""
     taken = samples(ctx.streams)
-    if len(taken) < 2 or not any(key in s or key == "procs" for s in taken):
+    if len(taken) < 2 or (net and not any(s.net is not None for s in taken)):
         return None
     return taken
 
 
 def render_host_cpu(ctx: ExportContext) -> str | None:
-    taken = _enough(ctx, "procs")
-    if taken is None or "cpu" not in host(ctx.streams).get("host_sys", ()):
+    taken = _enough(ctx)
+    facts = host(ctx.streams)
+    if taken is None or "cpu" not in facts.host_sys:
         return None
     wall = span(taken)
     used = sum(proc_deltas(taken, "cpu_ns").values())
-    occupied = _f(used / wall) if wall > 0 and not coarse(taken, host(ctx.streams)) else NA
-    cpus = host(ctx.streams).get("cpus") or NA
+    occupied = _f(used / wall) if wall > 0 and not coarse(taken, facts) else NA
+    cpus = facts.cpus or NA
     return ctx.csv(CPU_HEADER, [[ctx.device_id, cpus, occupied, NA]])
 
 
 def render_host_mem(ctx: ExportContext) -> str | None:
-    taken = _enough(ctx, "procs")
+    taken = _enough(ctx)
     facts = host(ctx.streams)
-    if taken is None or "mem" not in facts.get("host_sys", ()):
+    if taken is None or "mem" not in facts.host_sys:
         return None
-    page = facts.get("page") or 4096
+    page = facts.page or 4096
     rss = [job_total("rss")(s) for s in during(taken)]
     peak = max((r for r in rss if r is not None), default=None)
-    total = facts.get("mem_total_kb") or NA
+    total = facts.mem_total_kb or NA
     return ctx.csv(MEM_HEADER, [[ctx.device_id, total, NA if peak is None else peak * page // 1024, NA]])
 
 
 def render_host_disk(ctx: ExportContext) -> str | None:
-    taken = _enough(ctx, "procs")
-    if taken is None or "disk" not in host(ctx.streams).get("host_sys", ()):
+    taken = _enough(ctx)
+    if taken is None or "disk" not in host(ctx.streams).host_sys:
         return None
     read = job_rate_peak(taken, "read_bytes")
     write = job_rate_peak(taken, "write_bytes")
@@ -245,18 +266,18 @@ def render_host_disk(ctx: ExportContext) -> str | None:
 
 
 def render_host_network(ctx: ExportContext) -> str | None:
-    taken = _enough(ctx, "net")
+    taken = _enough(ctx, net=True)
     facts = host(ctx.streams)
-    if taken is None or "network" not in facts.get("host_sys", ()):
+    if taken is None or "network" not in facts.host_sys:
         return None
-    speeds = facts.get("speed_mbps") or {}
-    names = sorted({n for s in taken for n in s.get("net") or {}})
+    speeds = facts.speed_mbps or {}
+    names = sorted({n for s in taken for n in s.net or {}})
     rows = []
     for name in names:
 
-        def both(s: dict[str, Any], name: str = name) -> int | None:
-            nic = (s.get("net") or {}).get(name)
-            return nic["recv"] + nic["sent"] if nic else None
+        def both(s: HostSample, name: str = name) -> int | None:
+            nic = (s.net or {}).get(name)
+            return nic.recv + nic.sent if nic else None
 
         speed = speeds.get(name) or 0
         rows.append(
@@ -277,33 +298,36 @@ def _core_order(name: str) -> tuple[int, int]:
 
 def render_cpu_usage(ctx: ExportContext) -> str | None:
     every = samples(ctx.streams)
-    taken = [s for s in every if s.get("cpu_detail")]
-    if len(taken) < 2:
+    details = [s.cpu_detail for s in every if s.cpu_detail]
+    if len(details) < 2:
         # an iteration shorter than the sampling period: the cores are read by the thread only
         # (not at the hand-over), so none was read during it: N/A, not a missing file
-        if "cpu" not in host(ctx.streams).get("host_sys_usage", ()) or len(every) < 2 or not taken:
+        if "cpu" not in host(ctx.streams).host_sys_usage or len(every) < 2 or not details:
             return None
-        cores = sorted(taken[0]["cpu_detail"], key=_core_order)
+        cores = sorted(details[0], key=_core_order)
         return ctx.csv(CPU_USAGE_HEADER, [[ctx.device_id, name, *[NA] * 6] for name in cores])
-    a, b = taken[0]["cpu_detail"], taken[-1]["cpu_detail"]
+    a, b = details[0], details[-1]
     rows = []
     for name in sorted(set(a) & set(b), key=_core_order):
-        d = {k: b[name].get(k, 0) - a[name].get(k, 0) for k in b[name]}
-        total = sum(d.values())
+        d = CoreTicks(*(y - x for x, y in zip(a[name], b[name], strict=True)))  # each kind's ticks
+        total = sum(d)
         if total <= 0:
             rows.append([ctx.device_id, name, *[NA] * 6])
             continue
-        pct = {k: 100 * v / total for k, v in d.items()}
+
+        def pct(ticks: int, total: int = total) -> float:
+            return 100 * ticks / total
+
         rows.append(
             [
                 ctx.device_id,
                 name,
-                _f(pct.get("user", 0) + pct.get("nice", 0)),
-                _f(pct.get("system", 0)),
-                _f(pct.get("iowait", 0)),
-                _f(pct.get("irq", 0)),
-                _f(pct.get("softirq", 0)),
-                _f(pct.get("idle", 0)),
+                _f(pct(d.user) + pct(d.nice)),
+                _f(pct(d.system)),
+                _f(pct(d.iowait)),
+                _f(pct(d.irq)),
+                _f(pct(d.softirq)),
+                _f(pct(d.idle)),
             ]
         )
     return ctx.csv(CPU_USAGE_HEADER, rows)
@@ -311,11 +335,12 @@ def render_cpu_usage(ctx: ExportContext) -> str | None:
 
 def render_process_cpu(ctx: ExportContext) -> str | None:
     taken = samples(ctx.streams)
-    if len(taken) < 2 or "cpu" not in host(ctx.streams).get("host_sys_usage", ()):
+    facts = host(ctx.streams)
+    if len(taken) < 2 or "cpu" not in facts.host_sys_usage:
         return None
     shown = labels(ctx.streams, taken)
     rows = []
-    short = coarse(taken, host(ctx.streams))
+    short = coarse(taken, facts)
     me = rank_pid(taken)
     for pid, name, pct in cpu_shares(taken):
         label = name if name == SAMPLER else shown.get(pid, name)
@@ -327,27 +352,35 @@ def render_process_cpu(ctx: ExportContext) -> str | None:
 def render_sys_mem(ctx: ExportContext) -> str | None:
     # the last reading at or before the iteration's end (the thread reads /proc/meminfo; in an
     # iteration shorter than its period that is the one before the iteration)
-    taken = [s for s in samples(ctx.streams) if s.get("mem")]
-    if not taken or "mem" not in host(ctx.streams).get("host_sys_usage", ()):
+    readings = [s.mem for s in samples(ctx.streams) if s.mem]
+    if not readings or "mem" not in host(ctx.streams).host_sys_usage:
         return None
-    mem = taken[-1]["mem"]
+    mem = readings[-1]
     return ctx.csv(SYS_MEM_HEADER, [[ctx.device_id, *[mem.get(k, NA) for k in SYS_MEM_KEYS]]])
 
 
 def render_process_mem(ctx: ExportContext) -> str | None:
     taken = during(samples(ctx.streams))
-    if not taken or "mem" not in host(ctx.streams).get("host_sys_usage", ()):
+    if not taken or "mem" not in host(ctx.streams).host_sys_usage:
         return None
     shown = labels(ctx.streams, taken)
     rows = [
-        [ctx.device_id, p["pid"], shown.get(p["pid"], p.get("name")), p["vms"], p["rss"], p["shared"]]
-        for p in taken[-1]["procs"]
-        if p.get("rss", -1) >= 0
+        [ctx.device_id, p.pid, shown.get(p.pid, p.name), p.vms, p.rss, p.shared]
+        for p in taken[-1].procs
+        if p.rss >= 0
     ]
     return ctx.csv(PROCESS_MEM_HEADER, rows)
 
 
 # -- the master timeline ---------------------------------------------------------------------------
+
+#: the Disk Usage layer's values: (its key, the ProcSample counter it is the rate of)
+_DISK_RATES = (
+    ("read(KB/s)", "read_bytes"),
+    ("write(KB/s)", "write_bytes"),
+    ("read_chars(KB/s)", "rchar"),
+    ("write_chars(KB/s)", "wchar"),
+)
 
 
 def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
@@ -359,9 +392,9 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
     if len(taken) < 2:
         return
     facts = host(ctx.streams)
-    on = set(facts.get("host_sys", ())) | set(facts.get("host_sys_usage", ()))
+    on = set(facts.host_sys) | set(facts.host_sys_usage)
     shown = labels(ctx.streams, taken)
-    page = facts.get("page") or 4096
+    page = facts.page or 4096
     out: list[dict[str, Any]] = []
     pids: dict[str, int] = {}
 
@@ -372,66 +405,59 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         out.append({"name": name, "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": args})
 
     me = rank_pid(taken)
-    previous_cores: dict[str, Any] | None = taken[0].get("cores") if taken else None
+    previous_cores: dict[str, CoreLoad] | None = taken[0].cores if taken else None
     for a, b in itertools.pairwise(taken):
-        ns = b["ns"] - a["ns"]
+        ns = b.ns - a.ns
         if ns <= 0:
             continue
-        ts = ctx.to_us(b["ns"])
-        before = {p["pid"]: p for p in a["procs"]}
+        ts = ctx.to_us(b.ns)
+        before = {p.pid: p for p in a.procs}
         if "cpu" in on:
             # each core's usage since its previous reading (the hand-over's sample reads none)
-            cb = b.get("cores") or {}
+            cb = b.cores or {}
             ca = (previous_cores or {}) if cb else {}
             if cb:
                 previous_cores = cb
             for name in sorted(set(ca) & set(cb), key=_core_order):
-                total = cb[name]["total"] - ca[name]["total"]
+                total = cb[name].total - ca[name].total
                 if total > 0:
-                    busy = 100 * (cb[name]["busy"] - ca[name]["busy"]) / total
+                    busy = 100 * (cb[name].busy - ca[name].busy) / total
                     point("CPU Usage", f"CPU {name}", ts, {"Usage(%)": round(busy, 2)})
-            own = max(0, b.get("own_ns", 0) - a.get("own_ns", 0))
-            for p in b["procs"]:
-                q = before.get(p["pid"])
-                if q is None or p.get("cpu_ns", -1) < 0 or q.get("cpu_ns", -1) < 0:
+            own = max(0, b.own_ns - a.own_ns)
+            for p in b.procs:
+                q = before.get(p.pid)
+                if q is None or p.cpu_ns < 0 or q.cpu_ns < 0:
                     continue
-                used = max(0, p["cpu_ns"] - q["cpu_ns"]) - (own if p["pid"] == me else 0)
-                point("CPU Usage", shown[p["pid"]], ts, {"CPU(%)": round(100 * max(0, used) / ns, 2)})
+                used = max(0, p.cpu_ns - q.cpu_ns) - (own if p.pid == me else 0)
+                point("CPU Usage", shown[p.pid], ts, {"CPU(%)": round(100 * max(0, used) / ns, 2)})
             if me is not None:
                 point("CPU Usage", SAMPLER, ts, {"CPU(%)": round(100 * own / ns, 2)})
         if "mem" in on:
-            mem = b.get("mem") or {}
+            mem = b.mem or {}
             if mem.get("MemTotal") and "MemAvailable" in mem:
                 used_pct = 100 * (mem["MemTotal"] - mem["MemAvailable"]) / mem["MemTotal"]
                 point("Memory Usage", "Memory", ts, {"Used(%)": round(used_pct, 2)})
-            for p in b["procs"]:
-                if p.get("rss", -1) >= 0:
-                    point("Memory Usage", shown[p["pid"]], ts, {"RSS(MB)": round(p["rss"] * page / 2**20, 3)})
+            for p in b.procs:
+                if p.rss >= 0:
+                    point("Memory Usage", shown[p.pid], ts, {"RSS(MB)": round(p.rss * page / 2**20, 3)})
         if "disk" in on:
-            for p in b["procs"]:
-                q = before.get(p["pid"])
-                if q is None or p.get("read_bytes", -1) < 0 or q.get("read_bytes", -1) < 0:
+            for p in b.procs:
+                q = before.get(p.pid)
+                if q is None or p.read_bytes < 0 or q.read_bytes < 0:
                     continue
-                args = {
-                    key: round(_kb_s(max(0, p[field] - q[field]), ns), 3)
-                    for key, field in (
-                        ("read(KB/s)", "read_bytes"),
-                        ("write(KB/s)", "write_bytes"),
-                        ("read_chars(KB/s)", "rchar"),
-                        ("write_chars(KB/s)", "wchar"),
-                    )
-                }
-                point("Disk Usage", shown[p["pid"]], ts, args)
+                args = {key: round(_kb_s(max(0, getattr(p, field) - getattr(q, field)), ns), 3)
+                        for key, field in _DISK_RATES}
+                point("Disk Usage", shown[p.pid], ts, args)
         if "network" in on:
-            na, nb = a.get("net") or {}, b.get("net") or {}
+            na, nb = a.net or {}, b.net or {}
             for name in sorted(set(na) & set(nb)):
                 point(
                     "Network Usage",
                     name,
                     ts,
                     {
-                        "recv(KB/s)": round(_kb_s(max(0, nb[name]["recv"] - na[name]["recv"]), ns), 3),
-                        "sent(KB/s)": round(_kb_s(max(0, nb[name]["sent"] - na[name]["sent"]), ns), 3),
+                        "recv(KB/s)": round(_kb_s(max(0, nb[name].recv - na[name].recv), ns), 3),
+                        "sent(KB/s)": round(_kb_s(max(0, nb[name].sent - na[name].sent), ns), 3),
                     },
                 )
     if out:

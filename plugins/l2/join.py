@@ -18,9 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jobprof.plugin import NA, Task
+from jobprof.plugins.l2.records import CounterRecord, counter_records
 
-# fields of a counter record (jobprof.plugins.l2.counting)
-R_START, R_END, R_TID, R_NAME, R_VALUES = 0, 1, 2, 3, 4
 #: the hardware event sets whose two values are (accesses, misses)
 CACHE_SOURCES = ("LLC", "CACHE_GENERIC")
 #: CUPTI metrics asked for on CUDA jobs (L2 = "lts" on NVIDIA GPUs)
@@ -28,11 +27,12 @@ CUPTI_HIT_RATE = "lts__t_sector_hit_rate.pct"
 CUPTI_METRICS = (CUPTI_HIT_RATE,)
 
 
-def counts_per_task(tasks: Iterable[Task], records: list[list[Any]]) -> dict[int, list[int]]:
-    """``{task.index: summed counter deltas}`` for every task some record falls in."""
-    by_thread: dict[int, list[tuple[float, list[Any]]]] = {}
-    for r in records:
-        by_thread.setdefault(r[R_TID], []).append(((r[R_START] + r[R_END]) / 2, r))
+def counts_per_task(tasks: Iterable[Task], records: Iterable[Any]) -> dict[int, list[int]]:
+    """``{task.index: summed counter deltas}`` for every task some record falls in (``records``:
+    the raw ``l2`` stream, or its records decoded)."""
+    by_thread: dict[int, list[tuple[float, CounterRecord]]] = {}
+    for r in counter_records(records):
+        by_thread.setdefault(r.tid, []).append(((r.start_ns + r.end_ns) / 2, r))
     mids: dict[int, list[float]] = {}
     for tid, items in by_thread.items():
         items.sort(key=lambda item: item[0])
@@ -46,10 +46,10 @@ def counts_per_task(tasks: Iterable[Task], records: list[list[Any]]) -> dict[int
         hi = bisect.bisect_right(points, task.end)
         if lo == hi:
             continue
-        items = by_thread[task.stream]
-        total = list(items[lo][1][R_VALUES:])
+        items = by_thread[task.stream]  # (midpoint, record), by midpoint
+        total = list(items[lo][1].values)
         for _, r in items[lo + 1:hi]:
-            for k, v in enumerate(r[R_VALUES:]):
+            for k, v in enumerate(r.values):
                 total[k] += v
         out[task.index] = total
     return out

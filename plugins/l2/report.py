@@ -11,7 +11,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OPS_STREAM, Section
-from jobprof.plugins.l2.join import CACHE_SOURCES, R_VALUES, cupti_hit_rate, hit_rate, ratio_cell
+from jobprof.plugins.l2.join import CACHE_SOURCES, cupti_hit_rate, hit_rate, ratio_cell
+from jobprof.plugins.l2.records import counter_records
 from jobprof.plugins.l2.writer import STREAM
 
 if TYPE_CHECKING:
@@ -51,11 +52,11 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
                     if value is not None:
                         rates.append(value)
             continue
-        for r in streams.get(STREAM, ()):
+        for r in counter_records(streams.get(STREAM, ())):
             measured += 1
             if source in CACHE_SOURCES:
-                accesses += r[R_VALUES]
-                misses += r[R_VALUES + 1]
+                accesses += r.accesses
+                misses += r.misses
     if source == "CUPTI":
         return {"source": source, "measured": len(rates), "rate_sum": _finite(sum(rates)) if rates else None}
     return {"source": source, "measured": measured, "accesses": _finite(accesses), "misses": _finite(misses)}

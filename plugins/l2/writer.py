@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from jobprof.plugin import NA, ExportContext, opview
 from jobprof.plugins.l2.join import CACHE_SOURCES, counts_per_task, cupti_hit_rate, hit_rate, ratio_cell
+from jobprof.plugins.l2.records import CounterSetRecord
 
 HEADER = ["Device_id", "Stream Id", "Task Id", "Hit Rate", "Victim Rate", "Op Name"]
-#: per-operator counter records (jobprof.plugins.l2.counting)
+#: per-operator counter records (jobprof.plugins.l2.counting), read as
+#: jobprof.plugins.l2.records.CounterRecord
 STREAM = "l2"
-#: one record per iteration: {"events": [counter names], "source": "LLC" | "CACHE_GENERIC" | "software"}
+#: one record per iteration: {"events": [counter names], "source": "LLC" | "CACHE_GENERIC" | "software"},
+#: read as jobprof.plugins.l2.records.CounterSetRecord
 EVENTS_STREAM = "l2_events"
 
 
@@ -23,14 +26,15 @@ def render_csv(ctx: ExportContext) -> str | None:
     view = opview.view(ctx)
     if view is None:
         return None
-    meta = ctx.records(EVENTS_STREAM)
+    counted = ctx.records(EVENTS_STREAM)
+    counter_set = CounterSetRecord.of(counted)
     rows = []
-    if meta:
-        cache = meta[0].get("source") in CACHE_SOURCES
+    if counted:
+        cache = counter_set is not None and counter_set.source in CACHE_SOURCES
         counts = counts_per_task(view.tasks, ctx.records(STREAM)) if cache else {}
         for task in view.tasks:
-            values = counts.get(task.index)
-            rate = hit_rate(values[0], values[1]) if values else None
+            values = counts.get(task.index)  # the summed deltas: (accesses, misses) of a cache set
+            rate = hit_rate(*values[:2]) if values else None
             rows.append([ctx.device_id, task.stream, task.task_id, ratio_cell(rate), NA, task.name])
     elif view.has_device:
         for task in view.tasks:

@@ -53,7 +53,9 @@ class _Own:
     unprofiled would not have spent."""
 
     def __init__(self, spans: Iterable[Any]) -> None:
-        pairs = sorted((int(s[0]), int(s[1])) for s in spans if isinstance(s, (list, tuple)) and len(s) >= 2)
+        # the stream's records are [start_ns, end_ns] pairs (jobprof.plugin.PROFILER_STREAM)
+        pairs = sorted((int(start), int(end)) for start, end, *_ in
+                       (s for s in spans if isinstance(s, (list, tuple)) and len(s) >= 2))
         self.starts = [a for a, _ in pairs]
         self.pairs = pairs
 

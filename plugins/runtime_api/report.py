@@ -173,9 +173,10 @@ def _sync_finding(who: str, rank: int, facts: dict[str, Any]) -> Finding | None:
     series = facts["per_iteration"]
     if not facts["sync"] or not series:
         return None
-    counts = [r[1] for r in series]
-    blocked = [r[2] for r in series]
-    wall = sum(r[3] for r in series)
+    # the facts' rows: [iteration, sync calls, blocked ns, wall ns]
+    counts = [calls for _, calls, _, _ in series]
+    blocked = [ns for _, _, ns, _ in series]
+    wall = sum(wall_ns for _, _, _, wall_ns in series)
     share = sum(blocked) / wall if wall else None
     name, why, operator, frame, count, total, _most = facts["sync"][0]
     caller = f"by {operator}" if operator else "outside every operator"

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from jobprof.plugin import NA, MemoryEvent, OpView
+from jobprof.plugins.task_memory.records import ModuleCall, module_calls
 
 #: device types as c10 numbers them (``c10::DeviceType``)
 DEVICE_TYPES = {
@@ -78,20 +79,19 @@ class Namer:
     """Which operator (or block) was running on a thread at a time, and in which module: the
     name an allocation made then gets, ``aten::linear (Net.encoder.0)``.
 
-    ``modules``: the module calls of the iteration (``[start_ns, end_ns, thread, path]``, the
-    core's recorder, :meth:`jobprof.plugin.PluginSession.module_calls`)."""
+    ``modules``: the iteration's raw ``memory_modules`` stream (decoded as
+    :class:`ModuleCall`: the core's recorder, :meth:`jobprof.plugin.PluginSession.module_calls`)."""
 
     def __init__(self, view: OpView | None, modules: Iterable[Any] = ()) -> None:
         self._by_tid: dict[int, tuple[list[int], list[int], list[str]]] = {}
         self._outer: dict[int, list[tuple[int, int, str]]] = {}
-        self._modules: dict[int, tuple[list[int], list[tuple[int, int, str]]]] = {}
-        spans_by_tid: dict[int, list[tuple[int, int, str]]] = {}
-        for call in modules:
-            if isinstance(call, list) and len(call) == 4 and isinstance(call[3], str):
-                spans_by_tid.setdefault(call[2], []).append((call[0], call[1], call[3]))
-        for tid, calls in spans_by_tid.items():
-            calls.sort(key=lambda c: (c[0], -c[1]))
-            self._modules[tid] = ([c[0] for c in calls], calls)
+        self._modules: dict[int, tuple[list[int], list[ModuleCall]]] = {}
+        calls_by_tid: dict[int, list[ModuleCall]] = {}
+        for call in module_calls(modules):
+            calls_by_tid.setdefault(call.tid, []).append(call)
+        for tid, calls in calls_by_tid.items():
+            calls.sort(key=lambda c: (c.start_ns, -c.end_ns))
+            self._modules[tid] = ([c.start_ns for c in calls], calls)
         if view is None:
             return
         records = view.records
@@ -124,9 +124,9 @@ class Namer:
         starts, calls = found
         i = bisect_right(starts, ts) - 1
         while i >= 0:  # back over earlier siblings to the call that holds ts
-            _, end, path = calls[i]
-            if end >= ts:
-                return path
+            call = calls[i]
+            if call.end_ns >= ts:
+                return call.path
             i -= 1
         return ""
 

@@ -23,11 +23,12 @@ Findings (each once per rank):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OPS_STREAM, Finding, OpView, Section
 from jobprof.plugins.task_memory.ledger import Namer, Peak, names_of, peaks
+from jobprof.plugins.task_memory.records import Holder, SeriesRow, Survivor, digest_rss, memory_samples
 from jobprof.plugins.task_memory.writer import MODULES, events, samples
 
 if TYPE_CHECKING:
@@ -50,36 +51,40 @@ FRAGMENT_SHARE = 0.3
 ONE_OP_SHARE = 0.5
 
 
-def _rss(samples: list[dict[str, Any]]) -> tuple[int | None, int | None, bool]:
-    """(peak RSS, RSS at the end, exact) of one iteration's samples (see the sampler)."""
-    before = [s for s in samples if s.get("before")]
-    during = [s for s in samples if not s.get("before") and s.get("rss", -1) >= 0]
+def _rss(samples: Iterable[Any]) -> tuple[int | None, int | None, bool]:
+    """(peak RSS, RSS at the end, exact) of one iteration's samples (see the sampler; raw or
+    decoded)."""
+    samples = memory_samples(samples)
+    before = [s for s in samples if s.before]
+    during = [s for s in samples if not s.before and s.rss >= 0]
     if not during:
         return None, None, False
-    peak = max(s["rss"] for s in during)
+    peak = max(s.rss for s in during)
     exact = False
     if before:
-        mark = max(s["hwm"] for s in during)
-        if mark > before[-1]["hwm"]:  # the process's high-water mark rose in this iteration
+        mark = max(s.hwm for s in during)
+        if mark > before[-1].hwm:  # the process's high-water mark rose in this iteration
             peak, exact = max(peak, mark), True
-    return peak, during[-1]["rss"], exact
+    return peak, during[-1].rss, exact
 
 
-def _sampled_cuda(samples: list[dict[str, Any]]) -> tuple[int | None, int | None, int | None, str | None]:
-    """(peak allocated, peak reserved, end allocated, device) from the sampled CUDA counters."""
-    during = [s for s in samples if not s.get("before") and s.get("allocated") is not None]
+def _sampled_cuda(samples: Iterable[Any]) -> tuple[int | None, int | None, int | None, str | None]:
+    """(peak allocated, peak reserved, end allocated, device) from the sampled CUDA counters
+    (raw or decoded samples)."""
+    samples = memory_samples(samples)
+    during = [s for s in samples if not s.before and s.allocated is not None]
     if not during:
         return None, None, None, None
-    before = [s for s in samples if s.get("before") and s.get("max_allocated") is not None]
-    peak = max(s["allocated"] for s in during)
-    mark = max(s.get("max_allocated") or 0 for s in during)
-    if before and mark > before[-1]["max_allocated"]:  # the allocator's own peak rose: exact
+    before = [s.max_allocated for s in samples if s.before and s.max_allocated is not None]
+    peak = max(s.allocated for s in during if s.allocated is not None)
+    mark = max(s.max_allocated or 0 for s in during)
+    if before and mark > before[-1]:  # the allocator's own peak rose: exact
         peak = max(peak, mark)
     return (
         peak,
-        max(s.get("reserved") or 0 for s in during),
-        during[-1]["allocated"],
-        f"cuda:{during[-1].get('device')}",
+        max(s.reserved or 0 for s in during),
+        during[-1].allocated,
+        f"cuda:{during[-1].device}",
     )
 
 
@@ -126,25 +131,17 @@ def _main(found: list[Peak]) -> Peak:
 def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
     if not profile.is_on(device, "task_memory"):
         return None
-    series: list[list[Any]] = []
+    series: list[SeriesRow] = []
     allocator: str | None = None
     best: dict[str, Any] | None = None
     for index, d in profile.iteration_facts("task_memory", device, iteration_digest):
-        rss = d.get("rss") or [None, None, False]
+        rss_peak, rss_end, rss_exact = digest_rss(d)
         holders = d.get("holders") or []
-        holder = holders[0] if holders else [None, None]
+        top = Holder.of(holders[:1])
+        name, size = top[0] if top else (None, None)
         series.append(
-            [
-                index,
-                d.get("allocated"),
-                d.get("reserved"),
-                rss[0],
-                d.get("end"),
-                rss[1],
-                holder[0],
-                holder[1],
-                rss[2],
-            ]
+            SeriesRow(index, d.get("allocated"), d.get("reserved"), rss_peak, d.get("end"), rss_end, name,
+                      size, rss_exact)
         )
         if d.get("allocated") is not None:
             allocator = d.get("allocator")
@@ -161,24 +158,25 @@ def rank_facts(profile: Profile, device: int) -> dict[str, Any] | None:
         return None
     creep = _creep(series)
     growth = _growth(series)
-    survivors = _survivors(profile, device, [r[0] for r in series if r[4] is not None]) if creep else []
+    ended = [r.iteration for r in series if r.end is not None]
+    survivors = _survivors(profile, device, ended) if creep else []
     if creep:
         _name_creep(creep, survivors)
     oom = profile.info(device).get("jobprof", {}).get("memory_oom")
     return {
         "allocator": allocator,
-        "series": _binned(series),
+        "series": [list(r) for r in _binned(series)],  # the facts' JSON: 9-slot lists
         "iterations": len(series),
         "peak": best,
-        "peak_rss": max((r[3] for r in series if r[3] is not None), default=None),
+        "peak_rss": max((r.rss_peak for r in series if r.rss_peak is not None), default=None),
         "creep": creep,
         "growth": growth,
-        "survivors": survivors,
+        "survivors": [list(s) for s in survivors],
         "oom": oom if isinstance(oom, dict) else None,
     }
 
 
-def _survivors(profile: Profile, device: int, indices: list[int]) -> list[list[Any]]:
+def _survivors(profile: Profile, device: int, indices: list[int]) -> list[Survivor]:
     """The allocations of the last :data:`PAIRING` iterations with allocator events (``indices``)
     still live at the end of the last one (which is left out: the next may free them), by
     operator: ``[name, bytes, iterations]``, most bytes first (top 5).  Reads those iterations'
@@ -207,8 +205,8 @@ def _survivors(profile: Profile, device: int, indices: list[int]) -> list[list[A
             kept = by_name.setdefault(name, [name, 0, set()])
             kept[1] += size
             kept[2].add(index)
-    ranked = sorted(([n, b, len(its)] for n, b, its in by_name.values()), key=lambda r: -r[1])
-    return [r for r in ranked if r[2] * 2 >= len(window) - 1][:5]
+    ranked = sorted((Survivor(n, b, len(its)) for n, b, its in by_name.values()), key=lambda r: -r.bytes)
+    return [r for r in ranked if r.iterations * 2 >= len(window) - 1][:5]
 
 
 class _Except:
@@ -221,18 +219,19 @@ class _Except:
         return index not in self.window
 
 
-def _notable(holders: list[list[Any]], peak: int | None) -> list[list[Any]]:
+def _notable(holders: list[Holder], peak: int | None) -> list[Holder]:
     """The holders worth a row: the largest, and the others that hold 0.1% of the peak or more."""
-    return [h for i, h in enumerate(holders) if i == 0 or not peak or h[1] >= peak / 1000]
+    return [h for i, h in enumerate(holders) if i == 0 or not peak or h.bytes >= peak / 1000]
 
 
-def _binned(series: list[list[Any]], limit: int = SERIES) -> list[list[Any]]:
+def _binned(series: list[SeriesRow], limit: int = SERIES) -> list[SeriesRow]:
     """At most ``limit`` rows: of each run of consecutive iterations, the one with the highest peak."""
     if len(series) <= limit:
         return series
     size = -(-len(series) // limit)
     return [
-        max(series[i : i + size], key=lambda r: (r[1] or 0, r[3] or 0)) for i in range(0, len(series), size)
+        max(series[i : i + size], key=lambda r: (r.allocated or 0, r.rss_peak or 0))
+        for i in range(0, len(series), size)
     ]
 
 
@@ -246,13 +245,20 @@ def _binned_note(iterations: int, kept: int, shown: int) -> str:
             f"iteration column); every iteration's figures are in memory_record_*.csv")
 
 
-def _creep(series: list[list[Any]]) -> dict[str, Any] | None:
+def _end_points(series: list[SeriesRow], basis: str) -> list[tuple[int, int]]:
+    """(iteration, memory at its end) after the first iteration: the allocator's count
+    (``allocated``) or the process's RSS (``rss``), where known."""
+    ends = [(r.iteration, r.end if basis == "allocated" else r.rss_end) for r in series[1:]]
+    return [(i, v) for i, v in ends if v is not None]
+
+
+def _creep(series: list[SeriesRow]) -> dict[str, Any] | None:
     """Growth of memory at the iteration's end (allocated where known, else RSS), after the
     first iteration (which allocates what stays: optimizer state, caches)."""
     points: list[tuple[int, int]] = []
     basis = ""
-    for column, name in ((4, "allocated"), (5, "rss")):
-        points = [(r[0], r[column]) for r in series[1:] if r[column] is not None]
+    for name in ("allocated", "rss"):
+        points = _end_points(series, name)
         if len(points) >= CREEP_MIN_ITERATIONS:
             basis = name
             break
@@ -260,36 +266,39 @@ def _creep(series: list[list[Any]]) -> dict[str, Any] | None:
         return None
     values = [v for _, v in points]
     steps = [b - a for a, b in itertools.pairwise(values)]
-    growth = values[-1] - values[0]
-    peak = max(r[1] or r[3] or 0 for r in series)
+    (first, start), (last, end) = points[0], points[-1]
+    growth = end - start
+    peak = max(r.allocated or r.rss_peak or 0 for r in series)
     rises = sum(1 for s in steps if s > 0)
     if growth < max(CREEP_MIN_BYTES, CREEP_MIN_SHARE * peak) or rises < CREEP_RISES * len(steps):
         return None
     return {
         "basis": basis,
-        "first": points[0][0],
-        "last": points[-1][0],
-        "from_bytes": values[0],
-        "to_bytes": values[-1],
-        "per_iteration": growth / (points[-1][0] - points[0][0]),
+        "first": first,
+        "last": last,
+        "from_bytes": start,
+        "to_bytes": end,
+        "per_iteration": growth / (last - first),
     }
 
 
-def _growth(series: list[list[Any]]) -> int | None:
+def _growth(series: list[SeriesRow]) -> int | None:
     """Bytes per iteration by which the allocator's count (else the RSS) at the iteration's end
     moved from the second iteration to the last (the first allocates what stays), rounded."""
-    for column in (4, 5):
-        points = [(r[0], r[column]) for r in series[1:] if r[column] is not None]
-        if len(points) >= 2 and points[-1][0] > points[0][0]:
-            return round((points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0]))
+    for basis in ("allocated", "rss"):
+        points = _end_points(series, basis)
+        if len(points) >= 2:
+            (first, start), (last, end) = points[0], points[-1]
+            if last > first:
+                return round((end - start) / (last - first))
     return None
 
 
-def _name_creep(creep: dict[str, Any], survivors: list[list[Any]]) -> None:
+def _name_creep(creep: dict[str, Any], survivors: list[Survivor]) -> None:
     """The operator whose allocations are never freed: the one holding the most of them."""
     if survivors:
-        name, size, count = survivors[0]
-        creep.update(operator=name, operator_bytes=size, operator_iterations=count)
+        top = survivors[0]
+        creep.update(operator=top.name, operator_bytes=top.bytes, operator_iterations=top.iterations)
 
 
 def _mib(value: int | None) -> str:
@@ -311,7 +320,7 @@ def sections(profile: Profile) -> list[Section]:
         who = f"rank {rank}: " if many else ""
         peak = facts.get("peak") or {}
         creep = facts.get("creep")
-        holders = peak.get("holders") or []
+        holders = Holder.of(peak.get("holders"))
         summary.append(
             [
                 device,
@@ -321,17 +330,17 @@ def sections(profile: Profile) -> list[Section]:
                 _mib(peak.get("reserved")),
                 _mib(facts.get("peak_rss")),
                 _mib(round(creep["per_iteration"])) if creep else _mib(facts.get("growth")),
-                f"{holders[0][0]} ({_mib(holders[0][1])})" if holders else NA,
+                f"{holders[0].name} ({_mib(holders[0].bytes)})" if holders else NA,
             ]
         )
-        for name, size in _notable(holders, peak.get("allocated")):
+        for h in _notable(holders, peak.get("allocated")):
             held.append(
                 [
                     device,
                     peak["iteration"],
-                    name,
-                    _mib(size),
-                    f"{100 * size / peak['allocated']:.1f}" if peak.get("allocated") else NA,
+                    h.name,
+                    _mib(h.bytes),
+                    f"{100 * h.bytes / peak['allocated']:.1f}" if peak.get("allocated") else NA,
                 ]
             )
         if peak.get("earlier"):
@@ -387,9 +396,16 @@ def sections(profile: Profile) -> list[Section]:
         )
     if chosen is not None:
         rank, facts = chosen
-        shown = _binned(facts["series"], SHOWN)
+        shown = _binned(SeriesRow.of(facts["series"]), SHOWN)
         rows = [
-            [r[0], _mib(r[1]), _mib(r[2]), _mib(r[3]), _mib(r[4]), f"{r[6]} ({_mib(r[7])})" if r[6] else NA]
+            [
+                r.iteration,
+                _mib(r.allocated),
+                _mib(r.reserved),
+                _mib(r.rss_peak),
+                _mib(r.end),
+                f"{r.holder} ({_mib(r.holder_bytes)})" if r.holder else NA,
+            ]
             for r in shown
         ]
         binned = facts["iterations"] > len(shown)
@@ -421,8 +437,8 @@ def _findings(who: str, rank: int, facts: dict[str, Any]) -> list[Finding]:
         cuda = oom.get("cuda") or {}
         largest = cuda.get("largest") or []
         live = "; ".join(f"{_mib(b['bytes'])} MiB at {b['where'] or 'an unknown frame'}" for b in largest[:3])
-        holders = peak.get("holders") or []
-        held = ", ".join(f"{n} {_mib(b)} MiB" for n, b in holders[:3])
+        holders = Holder.of(peak.get("holders"))
+        held = ", ".join(f"{h.name} {_mib(h.bytes)} MiB" for h in holders[:3])
         text = (
             f"{who}the job died of {oom.get('error')} in iteration {oom.get('iteration')}: "
             f"{oom.get('message', '')}"
@@ -477,9 +493,9 @@ def _findings(who: str, rank: int, facts: dict[str, Any]) -> list[Finding]:
                 weight=2,
             )
         )
-    holders = peak.get("holders") or []
-    if allocated and holders and holders[0][1] >= ONE_OP_SHARE * allocated:
-        name, size = holders[0]
+    holders = Holder.of(peak.get("holders"))
+    if allocated and holders and holders[0].bytes >= ONE_OP_SHARE * allocated:
+        name, size = holders[0].name, holders[0].bytes
         out.append(
             Finding(
                 "memory_one_op",

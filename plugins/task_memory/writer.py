@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobprof.plugin import NA, OP_MEMORY_STREAM, ExportContext, MemoryEvent, opview
 from jobprof.plugins.task_memory.ledger import Namer, allocations, device_label
+from jobprof.plugins.task_memory.records import MemorySample, memory_samples
 
 if TYPE_CHECKING:
     from jobprof.plugin import Timeline
@@ -61,14 +62,10 @@ def events(streams: Mapping[str, list[Any]]) -> list[MemoryEvent]:
     return [e for e in streams.get(OP_MEMORY_STREAM, ()) if isinstance(e, MemoryEvent)]
 
 
-def samples(streams: Mapping[str, list[Any]], before: bool = False) -> list[dict[str, Any]]:
+def samples(streams: Mapping[str, list[Any]], before: bool = False) -> list[MemorySample]:
     """The iteration's samples of the step tier; with ``before``, also the last one before it
-    (``"before": true``, the marks its peak is judged against)."""
-    return [
-        s
-        for s in streams.get(SAMPLES, ())
-        if isinstance(s, dict) and isinstance(s.get("ns"), int) and (before or not s.get("before"))
-    ]
+    (``before`` True, the marks its peak is judged against)."""
+    return [s for s in memory_samples(streams.get(SAMPLES, ())) if before or not s.before]
 
 
 def render_operator_memory(ctx: ExportContext) -> str | None:
@@ -117,23 +114,23 @@ def render_memory_record(ctx: ExportContext) -> str | None:
         )
     exact_cuda = any(e.device_type == 1 for e in evs)
     for s in taken:
-        if s.get("rss", -1) >= 0:
-            rows.append((s["ns"], [ctx.device_id, RSS, ctx.stamp_cell(s["ns"]), kb(s["rss"]), NA, "CPU"]))
-        if s.get("allocated") is not None and not exact_cuda:
+        if s.rss >= 0:
+            rows.append((s.ns, [ctx.device_id, RSS, ctx.stamp_cell(s.ns), kb(s.rss), NA, "CPU"]))
+        if s.allocated is not None and not exact_cuda:
             rows.append(
                 (
-                    s["ns"],
+                    s.ns,
                     [
                         ctx.device_id,
                         PYTORCH_SAMPLED,
-                        ctx.stamp_cell(s["ns"]),
-                        kb(s["allocated"]),
-                        kb(s.get("reserved")),
-                        f"cuda:{s.get('device')}",
+                        ctx.stamp_cell(s.ns),
+                        kb(s.allocated),
+                        kb(s.reserved),
+                        f"cuda:{s.device}",
                     ],
                 )
             )
-    rows.sort(key=lambda r: r[0])
+    rows.sort(key=lambda r: r[0])  # (ns, row) pairs, by time
     return ctx.csv(RECORD_HEADER, [r for _, r in rows])
 
 
@@ -166,26 +163,26 @@ def add_to_master(ctx: ExportContext, timeline: Timeline) -> None:
         )
     exact_cuda = any(e.device_type == 1 for e in evs)
     for s in taken:
-        if s.get("rss", -1) >= 0:
+        if s.rss >= 0:
             out.append(
                 {
                     "name": "Process RSS (MB)",
                     "ph": "C",
                     "pid": pid,
                     "tid": 0,
-                    "ts": ctx.to_us(s["ns"]),
-                    "args": {"rss": _mb(s["rss"])},
+                    "ts": ctx.to_us(s.ns),
+                    "args": {"rss": _mb(s.rss)},
                 }
             )
-        if s.get("allocated") is not None and not exact_cuda:
+        if s.allocated is not None and not exact_cuda:
             out.append(
                 {
-                    "name": f"PyTorch cuda:{s.get('device')} sampled (MB)",
+                    "name": f"PyTorch cuda:{s.device} sampled (MB)",
                     "ph": "C",
                     "pid": pid,
                     "tid": 0,
-                    "ts": ctx.to_us(s["ns"]),
-                    "args": {"allocated": _mb(s["allocated"]), "reserved": _mb(s.get("reserved") or 0)},
+                    "ts": ctx.to_us(s.ns),
+                    "args": {"allocated": _mb(s.allocated), "reserved": _mb(s.reserved or 0)},
                 }
             )
     timeline.add(out)
