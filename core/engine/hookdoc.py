@@ -39,12 +39,6 @@ def phases(module_doc: str) -> dict[str, str]:
     return out
 
 
-def anchor(title: str) -> str:
-    """The id Python-Markdown's ``toc`` gives a heading (its default slugify)."""
-    text = re.sub(r"[^\w\s-]", "", title.replace("`", "")).strip().lower()
-    return re.sub(r"[-\s]+", "-", text)
-
-
 def heading(number: int, name: str, fn: FunctionType, phase: str) -> str:
     params = ", ".join(inspect.signature(fn).parameters)
     first = " (firstresult)" if getattr(fn, "jobprof_spec", {}).get("firstresult") else ""

@@ -14,7 +14,8 @@ everything a built-in one does.
   are annotated with: :data:`Streams`, :data:`StreamsOut`, :data:`Spans`, :data:`JSON`;
 * what a plugin reads and writes: :class:`PluginSession` (the running session),
   :class:`Profile` (a profile read back), :class:`Timeline` (the master timeline), the declared
-  records of shared streams (:class:`CollectiveRecord`, ..., :func:`records_of`), an ``ops``
+  records of shared streams (:class:`CollectiveRecord`, ..., :func:`records_of`; :func:`decoded`
+  reads any record type's raw rows), an ``ops``
   record (:class:`OpRecord`: ``r.name``, ``r.start``, ``r.dur``, ...), :class:`OpView` / :class:`Task` and the
   module :mod:`opview` (an iteration's operators as a tree, its tasks), :func:`assign_lanes`
   (overlapping spans on non-overlapping tracks), :mod:`opmath` (FLOPs and bytes of an operator);
@@ -58,6 +59,7 @@ from jobprof.plugin.records import (
     StepPointsRecord,
     TxRecord,
     WorkerFetchRecord,
+    decoded,
     records_of,
 )
 from jobprof.plugin.reporter import Reporter
@@ -159,6 +161,7 @@ __all__ = [
     "WriterSpec",
     "assign_lanes",
     "channel",
+    "decoded",
     "device_label",
     "events_text",
     "hide_frame",

@@ -54,6 +54,7 @@ __all__ = [
     "StepPointsRecord",
     "TxRecord",
     "WorkerFetchRecord",
+    "decoded",
     "records_of",
 ]
 
@@ -550,6 +551,28 @@ class SharedRecord(Protocol):
 _R = TypeVar("_R", bound=SharedRecord)
 
 
+class Decodable(Protocol):
+    """A record type that reads its raw form: ``from_raw`` gives the record, or None for a raw
+    record not shaped as it declares (a declared record, or a plugin's own NamedTuple)."""
+
+    @classmethod
+    def from_raw(cls, raw: Any) -> Any: ...
+
+
+_D = TypeVar("_D", bound=Decodable)
+
+
+def decoded(items: Iterable[Any], kind: type[_D]) -> list[_D]:
+    """``items`` as ``kind`` records: one already of ``kind`` passes as it is (a stream read once
+    and handed on), any other through ``kind.from_raw``; what that refuses is left out."""
+    out = []
+    for item in items:
+        record = item if isinstance(item, kind) else kind.from_raw(item)
+        if record is not None:
+            out.append(record)
+    return out
+
+
 def records_of(source: Any, kind: type[_R], device: int | None = None) -> list[_R]:
     """The records of ``kind``'s stream that are shaped as ``kind`` declares, as ``kind``.
 
@@ -565,12 +588,7 @@ def records_of(source: Any, kind: type[_R], device: int | None = None) -> list[_
         raw = source.records(kind.STREAM, device)
     else:
         raw = source.records(kind.STREAM)
-    out = []
-    for record in raw:
-        typed = kind.from_raw(record)
-        if typed is not None:
-            out.append(typed)
-    return out
+    return decoded(raw, kind)
 
 
 # -- jobprof diff: the tables plugins contribute (jobprof_diff_tables) -------------------------

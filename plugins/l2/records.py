@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
+from jobprof.plugin import decoded
+
 
 class CounterRecord(NamedTuple):
     """One operator's counter deltas (``l2`` stream): the outermost dispatch of ``name`` on
@@ -50,12 +52,7 @@ class CounterRecord(NamedTuple):
 def counter_records(items: Iterable[Any]) -> list[CounterRecord]:
     """The records of a raw ``l2`` stream (others left out); records already decoded pass as
     they are."""
-    out = []
-    for item in items:
-        record = item if isinstance(item, CounterRecord) else CounterRecord.from_raw(item)
-        if record is not None:
-            out.append(record)
-    return out
+    return decoded(items, CounterRecord)
 
 
 class CounterSetRecord(NamedTuple):

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from jobprof.plugin import decoded
+
 
 class MemorySample(NamedTuple):
     """One sample of the step tier (``memory_samples``; bytes, monotonic ns): the process's
@@ -57,12 +59,7 @@ class MemorySample(NamedTuple):
 def memory_samples(items: Iterable[Any]) -> list[MemorySample]:
     """The samples of a raw ``memory_samples`` stream (others left out); samples already
     decoded pass as they are."""
-    out = []
-    for item in items:
-        sample = item if isinstance(item, MemorySample) else MemorySample.from_raw(item)
-        if sample is not None:
-            out.append(sample)
-    return out
+    return decoded(items, MemorySample)
 
 
 class ModuleCall(NamedTuple):
